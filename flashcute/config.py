@@ -1,0 +1,93 @@
+"""Kernel configurations: one frozen dataclass per kernel family and the one heuristic that picks it.
+
+A config holds every compile-time choice of a kernel and nothing that changes per call, so it is the compile-cache
+key (see compile_cache.py): two calls with the same config never compile twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Head dims are padded up to one of these buckets; a head dim below its bucket is handled with predicates.
+HEAD_DIM_BUCKETS = (32, 64, 96, 128, 192, 256)
+DTYPES = ("float16", "bfloat16")
+
+
+def head_dim_bucket(head_dim: int) -> int:
+    """The smallest bucket that holds ``head_dim`` (a multiple of 8 up to 256)."""
+    for bucket in HEAD_DIM_BUCKETS:
+        if head_dim <= bucket:
+            return bucket
+    raise ValueError(f"head_dim={head_dim} is over the largest supported head dim, {HEAD_DIM_BUCKETS[-1]}")
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    """Static configuration of the sm80 forward kernel (one compiled kernel per distinct value).
+
+    dtype:            "float16" or "bfloat16"
+    head_dim_padded:  the head-dim bucket the kernel is built for
+    exact_head_dim:   True when head_dim == head_dim_padded, so no head-dim predicates are needed
+    block_m, block_n: rows of Q per thread block, rows of K/V per main-loop step
+    num_warps:        warps per thread block, stacked along M (each warp owns block_m / num_warps rows)
+    mask_right:       keys right of the diagonal are masked (causal, or a window with window_right >= 0)
+    mask_left:        keys further left than window_left are masked (sliding window)
+    """
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    block_n: int
+    num_warps: int
+    mask_right: bool
+    mask_left: bool
+
+    @property
+    def num_threads(self) -> int:
+        return self.num_warps * 32
+
+    def smem_bytes(self) -> int:
+        """Shared memory of one thread block: Q tile + one K tile + one V tile, 2 bytes an element."""
+        return 2 * self.head_dim_padded * (self.block_m + 2 * self.block_n)
+
+
+# Tile choices per head-dim bucket: (block_m, block_n, num_warps).
+# Measured on one H200 (bf16, seqlen 4k-16k, B*L = 16k tokens, 2048/D heads) with scripts/gpu_suite.sh's tuning
+# sweep; the table in bench/results/ names the commit. Before that measurement existed the choices followed the
+# register budget: acc_O holds block_m*D/threads fp32 values a thread and acc_S block_m*block_n/threads, and
+# both must stay well under 255 registers with the Q/K/V fragments beside them.
+_SM80_TILES: dict[int, tuple[int, int, int]] = {
+    32: (128, 128, 4),
+    64: (128, 128, 4),
+    96: (128, 64, 4),
+    128: (128, 64, 4),
+    192: (128, 64, 8),
+    256: (128, 64, 8),
+}
+
+
+def fwd_config(
+    head_dim: int,
+    dtype: str,
+    causal: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
+    tiles: tuple[int, int, int] | None = None,
+) -> FwdConfig:
+    """The heuristic: pick the sm80 forward configuration for a problem.
+
+    causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps) choice; the benchmark's tuning sweep uses it.
+    """
+    bucket = head_dim_bucket(head_dim)
+    block_m, block_n, num_warps = tiles if tiles is not None else _SM80_TILES[bucket]
+    return FwdConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=block_m,
+        block_n=block_n,
+        num_warps=num_warps,
+        mask_right=causal or window_right >= 0,
+        mask_left=window_left >= 0,
+    )

@@ -1,0 +1,1 @@
+"""Device-side helpers, one module per step of the forward pass."""

@@ -1,0 +1,93 @@
+"""Step 2: global -> shared memory with 128-bit cp.async, predicated for partial tiles.
+
+Rows past the sequence end are skipped with an ``if`` per row (one comparison a row, against a compile-time
+coordinate); head-dim columns past the real head dim are predicated per 16-byte vector. A predicated-off cp.async
+writes zeros (``src-size = 0``), which matters for two buffers: padded head-dim columns of Q and K must be zero so
+that they add nothing to Q K^T, and V rows past seqlen_k must be zero because P is 0 there and 0 * NaN is NaN.
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import cpasync
+
+COPY_BITS = 128
+
+
+def smem_layout_atom(dtype: type[cutlass.Numeric], head_dim_padded: int) -> cute.ComposedLayout:
+    """A swizzled (8, 64) or (8, 32) shared-memory atom: ldmatrix of 8 rows then hits 8 different bank groups."""
+    block_k = 64 if head_dim_padded % 64 == 0 else 32
+    swizzle_bits = 3 if block_k == 64 else 2
+    return cute.make_composed_layout(
+        cute.make_swizzle(swizzle_bits, 3, 3), 0, cute.make_layout((8, block_k), stride=(block_k, 1))
+    )
+
+
+def make_gmem_tiled_copy(
+    dtype: type[cutlass.Numeric], head_dim_padded: int, num_threads: int, is_async: bool
+) -> cute.TiledCopy:
+    """Threads laid out row-major over a (rows, head_dim) tile, 16 bytes per thread per copy.
+
+    ``is_async`` picks cp.async (loads into shared memory) or a plain vectorised copy (stores of O).
+    """
+    elems = COPY_BITS // dtype.width
+    if is_async:
+        op = cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL)
+    else:
+        op = cute.nvgpu.CopyUniversalOp()
+    atom = cute.make_copy_atom(op, dtype, num_bits_per_copy=COPY_BITS)
+    threads_per_row = smem_layout_atom(dtype, head_dim_padded).outer.shape[1] // elems
+    thread_layout = cute.make_layout((num_threads // threads_per_row, threads_per_row), stride=(threads_per_row, 1))
+    return cute.make_tiled_copy_tv(atom, thread_layout, cute.make_layout((1, elems)))
+
+
+@cute.jit
+def head_dim_predicate(tXcX: cute.Tensor, head_dim: cutlass.Int32) -> cute.Tensor:
+    """Per-vector predicate over the head-dim mode of a partitioned (CPY, CPY_M, CPY_K) coordinate tensor.
+
+    The M mode has stride 0: the predicate depends only on the column, so one register per column vector.
+    """
+    pred = cute.make_rmem_tensor(
+        cute.make_layout(
+            (cute.size(tXcX, mode=[0, 1]), cute.size(tXcX, mode=[1]), cute.size(tXcX, mode=[2])),
+            stride=(cute.size(tXcX, mode=[2]), 0, 1),
+        ),
+        cutlass.Boolean,
+    )
+    for v in cutlass.range_constexpr(pred.shape[0]):
+        for k in cutlass.range_constexpr(pred.shape[2]):
+            pred[v, 0, k] = cute.elem_less(tXcX[(0, v), 0, k][1], head_dim)
+    return pred
+
+
+@cute.jit
+def copy_rows(
+    tiled_copy: cute.TiledCopy,
+    src: cute.Tensor,
+    dst: cute.Tensor,
+    tXcX: cute.Tensor,
+    t0XcX: cute.Tensor,
+    pred_k: cute.Tensor,
+    row_limit: cutlass.Int32,
+    check_rows: cutlass.Constexpr[bool],
+    check_head_dim: cutlass.Constexpr[bool],
+    zero_fill_rows: cutlass.Constexpr[bool],
+):
+    """Copy a (CPY, CPY_M, CPY_K) partition, rows ``>= row_limit`` (tile-local) skipped or zero-filled.
+
+    The row test compares thread 0's compile-time coordinate with ``row_limit - own_row_offset``, so the
+    per-row comparison needs no register per row.
+    """
+    if cutlass.const_expr(not check_rows):
+        cute.copy(tiled_copy, src, dst, pred=pred_k if cutlass.const_expr(check_head_dim) else None)
+    else:
+        limit = row_limit - tXcX[0][0]
+        for m in cutlass.range_constexpr(cute.size(dst.shape[1])):
+            if t0XcX[0, m, 0][0] < limit:
+                cute.copy(
+                    tiled_copy,
+                    src[None, m, None],
+                    dst[None, m, None],
+                    pred=pred_k[None, m, None] if cutlass.const_expr(check_head_dim) else None,
+                )
+            elif cutlass.const_expr(zero_fill_rows):
+                dst[None, m, None].fill(0)

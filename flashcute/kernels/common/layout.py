@@ -1,0 +1,29 @@
+"""Views of mma.sync register fragments.
+
+An SM80 16x8 accumulator fragment has shape ((2, 2), MMA_M, MMA_N): a thread holds 2 consecutive columns of
+row r and the same 2 columns of row r + 8, in each of MMA_M x MMA_N atoms. Softmax works per row, so it reads the
+fragment through a (rows, cols) view; P.V reuses the same registers as an A operand, which mma.sync 16x8x16 wants
+as ((2, 2, 2), MMA_M, MMA_K): two neighbouring 16x8 C atoms make one 16x16 A atom.
+"""
+
+import cutlass.cute as cute
+
+
+def acc_rows_cols(acc: cute.Tensor) -> cute.Tensor:
+    """View an accumulator fragment ((2, 2), MMA_M, MMA_N) as (rows, cols) = ((2, MMA_M), (2, MMA_N))."""
+    flat = cute.make_layout(acc.layout.shape)
+    rows_cols = cute.make_layout(
+        ((flat.shape[0][1], flat.shape[1]), (flat.shape[0][0], flat.shape[2])),
+        stride=((flat.stride[0][1], flat.stride[1]), (flat.stride[0][0], flat.stride[2])),
+    )
+    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, rows_cols))
+
+
+def acc_as_operand_a(acc: cute.Tensor) -> cute.Tensor:
+    """View a C fragment (4, MMA_M, MMA_N) as an A fragment ((4, 2), MMA_M, MMA_N / 2) of the next GEMM."""
+    divided = cute.logical_divide(acc.layout, (None, None, 2))
+    as_a = cute.make_layout(
+        ((divided.shape[0], divided.shape[2][0]), divided.shape[1], divided.shape[2][1]),
+        stride=((divided.stride[0], divided.stride[2][0]), divided.stride[1], divided.stride[2][1]),
+    )
+    return cute.make_tensor(acc.iterator, as_a)

@@ -1,0 +1,47 @@
+"""Step 4: set masked scores to -inf (only on the tiles TileInfo.masked_runs marks; the rest skip this)."""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+
+from flashcute.kernels.common.layout import acc_rows_cols
+from flashcute.kernels.common.tile_info import TileInfo
+
+
+class AttentionMask:
+    """Masks one (block_m, block_n) score tile held in mma accumulator fragments.
+
+    Each thread compares its columns as ``thread 0's column (a compile-time constant) < limit - own offset``:
+    the fragment of every thread is thread 0's shifted by a fixed (row, col), so only the limit is computed at
+    run time, once per row.
+    """
+
+    def __init__(self, tile_info: TileInfo, thr_mma: cute.TiledMma, thr0_mma: cute.TiledMma):
+        self.tile_info = tile_info
+        coords = cute.make_identity_tensor((tile_info.block_m, tile_info.block_n))
+        self.tScS = acc_rows_cols(thr_mma.partition_C(coords))
+        self.t0ScS = acc_rows_cols(thr0_mma.partition_C(coords))
+
+    @cute.jit
+    def apply(self, acc_S: cute.Tensor, m_block: Int32, n_block: Int32, mask_rows: cutlass.Constexpr[bool]):
+        """Mask keys past seqlen_k and, with ``mask_rows``, keys outside each row's causal/window range."""
+        info = self.tile_info
+        s = acc_rows_cols(acc_S)
+        col_offset = n_block * info.block_n + self.tScS[0, 0][1]
+        seqlen_limit = info.seqlen_k - col_offset
+        for r in cutlass.range_constexpr(cute.size(s.shape[0])):
+            hi = seqlen_limit
+            lo = Int32(0)
+            if cutlass.const_expr(mask_rows):
+                row = m_block * info.block_m + self.tScS[r, 0][0]
+                if cutlass.const_expr(info.mask_right):
+                    hi = cutlass.min(hi, row + info.diag_offset + info.window_right + 1 - col_offset)
+                if cutlass.const_expr(info.mask_left):
+                    lo = row + info.diag_offset - info.window_left - col_offset
+            for c in cutlass.range_constexpr(cute.size(s.shape[1])):
+                col = self.t0ScS[0, c][1]
+                if cutlass.const_expr(mask_rows and info.mask_left):
+                    if col >= hi or col < lo:
+                        s[r, c] = -Float32.inf
+                elif col >= hi:
+                    s[r, c] = -Float32.inf

@@ -1,0 +1,76 @@
+"""Step 5: the online softmax, carried across K/V tiles as (row_max m, row_sum l) per query row.
+
+For a new score tile S (already masked):
+    m' = max(m, rowmax S)                  in-thread max over the row's columns, then across the 4-lane quad
+    alpha = exp2((m - m') * scale_log2)    how much the old state shrinks; the caller rescales U by it
+    E = exp2(S * scale_log2 - m' * scale_log2)
+    l' = alpha * l + rowsum E              kept per thread; the quad sum is taken once, in finalize
+scale_log2 = softmax_scale * log2(e), so exp2 stands for exp(scale * x) and log2(e) is folded in once on the host.
+A row that has seen only -inf keeps m = -inf; it then exponentiates against 0 instead, so E = 0 and alpha = 0
+rather than exp2(-inf - -inf) = NaN.
+"""
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+
+from flashcute.kernels.common.layout import acc_rows_cols
+
+LN2 = math.log(2.0)
+
+
+def quad_reduce(value: Float32, op) -> Float32:
+    """Reduce over the 4 lanes that share a row of an mma.sync accumulator (lanes 4q .. 4q+3)."""
+    value = op(value, cute.arch.shuffle_sync_bfly(value, offset=2))
+    return op(value, cute.arch.shuffle_sync_bfly(value, offset=1))
+
+
+class OnlineSoftmax:
+    """Per-thread softmax state for the rows this thread's accumulator fragment holds."""
+
+    def __init__(self, scale_log2: Float32, num_rows: int):
+        self.scale_log2 = scale_log2
+        self.row_max = cute.make_rmem_tensor(num_rows, Float32)
+        self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
+        self.row_max.fill(-Float32.inf)
+        self.row_sum.fill(0.0)
+
+    @cute.jit
+    def update(self, acc_S: cute.Tensor) -> cute.Tensor:
+        """Replace scores by E in place, update (m, l); return alpha per row for rescale_o."""
+        s = acc_rows_cols(acc_S)
+        row_scale = cute.make_rmem_tensor(self.row_max.shape, Float32)
+        for r in cutlass.range_constexpr(cute.size(self.row_max)):
+            scores = s[r, None].load()
+            row_max_prev = self.row_max[r]
+            row_max_cur = quad_reduce(scores.reduce(cute.ReductionOp.MAX, row_max_prev, 0), cute.arch.fmax)
+            row_max_safe = Float32(0.0) if row_max_cur == -Float32.inf else row_max_cur
+            max_scaled = row_max_safe * self.scale_log2
+            exps = cute.math.exp2(scores * self.scale_log2 - max_scaled, fastmath=True)
+            row_scale[r] = cute.math.exp2(row_max_prev * self.scale_log2 - max_scaled, fastmath=True)
+            self.row_sum[r] = row_scale[r] * self.row_sum[r] + exps.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
+            self.row_max[r] = row_max_cur
+            s[r, None].store(exps)
+        return row_scale
+
+    @cute.jit
+    def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
+        """U *= alpha, row by row (also used by finalize with 1 / l)."""
+        o = acc_rows_cols(acc_O)
+        for r in cutlass.range_constexpr(cute.size(row_scale)):
+            o[r, None].store(o[r, None].load() * row_scale[r])
+
+    @cute.jit
+    def finalize(self) -> tuple[cute.Tensor, cute.Tensor]:
+        """Step 7's statistics: (1 / l per row, LSE per row). A row with l = 0 saw no key: O = 0, LSE = -inf."""
+        inv_sum = cute.make_rmem_tensor(self.row_sum.shape, Float32)
+        lse = cute.make_rmem_tensor(self.row_sum.shape, Float32)
+        for r in cutlass.range_constexpr(cute.size(self.row_sum)):
+            row_sum = quad_reduce(self.row_sum[r], lambda a, b: a + b)
+            empty = row_sum == 0.0
+            inv_sum[r] = Float32(0.0) if empty else cute.arch.rcp_approx(row_sum)
+            log2_sum = cute.math.log2(row_sum, fastmath=True)
+            lse[r] = -Float32.inf if empty else (self.row_max[r] * self.scale_log2 + log2_sum) * LN2
+        return inv_sum, lse

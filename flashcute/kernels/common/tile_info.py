@@ -1,0 +1,71 @@
+"""Step 1 (tile selection) and step 4's tile skipping: which K/V tiles a Q tile visits, and which need masks.
+
+Query row i sees key j iff j < seqlen_k and, when the mask is on,
+    j <= i + diag_offset + window_right        (mask_right: causal is window_right = 0)
+    j >= i + diag_offset - window_left         (mask_left: sliding window)
+with diag_offset = seqlen_k - seqlen_q for the bottom-right alignment (flash_attn's causal) and 0 for the seed's
+top-left rule. The main loop walks K/V tiles from the last one down to the first and splits them in three runs:
+tiles that cross the right boundary or the seqlen_k tail (masked), tiles wholly inside every row's window (no
+mask), tiles that cross the left boundary (masked). Tiles outside [n_block_min, n_block_max) are never loaded.
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32
+
+
+class TileInfo:
+    """Tile bounds for one Q tile; all fields are Int32 values computed once per thread block."""
+
+    def __init__(
+        self,
+        block_m: int,
+        block_n: int,
+        mask_right: bool,
+        mask_left: bool,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+    ):
+        self.block_m = block_m
+        self.block_n = block_n
+        self.mask_right = mask_right
+        self.mask_left = mask_left
+        self.seqlen_q = seqlen_q
+        self.seqlen_k = seqlen_k
+        self.diag_offset = diag_offset
+        self.window_left = window_left
+        self.window_right = window_right
+
+    @cute.jit
+    def n_block_range(self, m_block: Int32):
+        """(n_block_min, n_block_max): the K/V tiles that hold at least one key some row of this tile sees."""
+        n_block_max = cute.ceil_div(self.seqlen_k, self.block_n)
+        if cutlass.const_expr(self.mask_right):
+            row_end = cutlass.min((m_block + 1) * self.block_m, self.seqlen_q)
+            col_end = row_end + self.diag_offset + self.window_right
+            n_block_max = cutlass.min(n_block_max, cute.ceil_div(cutlass.max(col_end, 0), self.block_n))
+        n_block_min = Int32(0)
+        if cutlass.const_expr(self.mask_left):
+            col_start = m_block * self.block_m + self.diag_offset - self.window_left
+            n_block_min = cutlass.max(col_start, 0) // self.block_n
+        return n_block_min, n_block_max
+
+    @cute.jit
+    def masked_runs(self, m_block: Int32, n_block_min: Int32, n_block_max: Int32):
+        """Split [n_block_min, n_block_max) into [min, left_end) masked, [left_end, right_start) free,
+        [right_start, max) masked. The last tile visited first always gets the full mask (seqlen_k tail)."""
+        right_start = cutlass.max(n_block_min, n_block_max - 1)
+        if cutlass.const_expr(self.mask_right):
+            # tile n needs no right mask iff its last key (n + 1) * block_n - 1 <= first row + offset + right
+            first_free = cutlass.max(m_block * self.block_m + self.diag_offset + self.window_right + 1, 0)
+            right_start = cutlass.max(n_block_min, cutlass.min(first_free // self.block_n, n_block_max - 1))
+        left_end = n_block_min
+        if cutlass.const_expr(self.mask_left):
+            # tile n needs no left mask iff its first key n * block_n >= last row + offset - left
+            row_last = cutlass.min((m_block + 1) * self.block_m, self.seqlen_q) - 1
+            first_unmasked = cute.ceil_div(cutlass.max(row_last + self.diag_offset - self.window_left, 0), self.block_n)
+            left_end = cutlass.max(n_block_min, cutlass.min(right_start, first_unmasked))
+        return left_end, right_start

@@ -1,0 +1,352 @@
+"""The seed's FlashAttention forward kernel for sm_80 and newer (mma.sync 16x8x16, cp.async, ldmatrix).
+
+One thread block owns one (block_m, head_dim) tile of Q for one (batch, head) and walks the K/V tiles it needs,
+keeping the softmax state (m, l) and the unnormalised output U in registers. The kernel body follows the seven
+steps of the seed; each step lives in a module of flashcute/kernels/common and has a same-named counterpart in
+flashcute/reference/tiled.py.
+
+Load/compute overlap (one shared-memory stage each for K and V, as in the seed):
+    wait K[n]  -> issue V[n]   -> S = Q K[n]^T      (V[n] lands while the tensor cores work on S)
+    wait V[n]  -> issue K[n-1] -> softmax, O += P V[n]  (K[n-1] lands during softmax and P V)
+The two barriers also make the single buffers safe: K[n-1] overwrites sK only after every warp has finished
+reading K[n], and V[n+1] overwrites sV only after every warp has finished P V[n].
+"""
+
+import math
+from functools import partial
+from types import SimpleNamespace
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+from cutlass.cute.nvgpu import warp
+
+from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, FwdConfig
+from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.epilogue import store_lse, store_o
+from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
+from flashcute.kernels.common.layout import acc_as_operand_a
+from flashcute.kernels.common.mask import AttentionMask
+from flashcute.kernels.common.softmax import OnlineSoftmax
+from flashcute.kernels.common.tile_info import TileInfo
+
+CUTLASS_DTYPES = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
+SM80_SMEM_BYTES = 163 * 1024  # the smallest opt-in shared memory of the sm_8x/sm_90 parts this kernel targets
+LOG2_E = math.log2(math.e)
+
+
+class FlashAttentionForwardSm80:
+    """Forward attention on mma.sync tensor cores. Construct from a FwdConfig; compile with cute.compile."""
+
+    def __init__(self, config: FwdConfig):
+        self.config = config
+        self.dtype = CUTLASS_DTYPES[config.dtype]
+        self.block_m = config.block_m
+        self.block_n = config.block_n
+        self.head_dim_padded = config.head_dim_padded
+        self.num_threads = config.num_threads
+
+    @staticmethod
+    def can_implement(config: FwdConfig) -> str | None:
+        """None if the kernel can be built for ``config``, else the reason it cannot."""
+        if config.dtype not in DTYPES:
+            return f"dtype {config.dtype!r} is not one of {DTYPES}"
+        if config.head_dim_padded not in HEAD_DIM_BUCKETS:
+            return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
+        if config.block_m % (16 * config.num_warps) != 0:
+            return f"block_m={config.block_m} is not a multiple of 16 * num_warps = {16 * config.num_warps}"
+        if config.block_n % 16 != 0:
+            return f"block_n={config.block_n} is not a multiple of 16"
+        rows_per_copy = config.num_threads // (64 // 8 if config.head_dim_padded % 64 == 0 else 32 // 8)
+        if config.block_m % rows_per_copy != 0 or config.block_n % rows_per_copy != 0:
+            return f"block_m and block_n must be multiples of {rows_per_copy} rows (one pass of the tiled copy)"
+        if config.smem_bytes() > SM80_SMEM_BYTES:
+            return f"needs {config.smem_bytes()} bytes of shared memory, over {SM80_SMEM_BYTES}"
+        return None
+
+    # ---------------------------------------------------------------- host side: layouts, copies, MMA, launch
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
+        mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
+        mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
+        softmax_scale: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        stream: cuda.CUstream,
+    ):
+        smem_atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
+        sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, self.head_dim_padded), (0, 1))
+        sKV_layout = cute.tile_to_shape(smem_atom, (self.block_n, self.head_dim_padded), (0, 1))
+
+        @cute.struct
+        class SharedStorage:
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+
+        tiled_mma = cute.make_tiled_mma(
+            warp.MmaF16BF16Op(self.dtype, Float32, (16, 8, 16)),
+            (self.config.num_warps, 1, 1),
+            permutation_mnk=(self.config.num_warps * 16, 16, 16),
+        )
+        gmem_tiled_copy_QKV = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True)
+        gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False)
+
+        num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
+        self.kernel(
+            mQ,
+            mK,
+            mV,
+            mO,
+            mLSE,
+            softmax_scale * LOG2_E,
+            diag_offset,
+            window_left,
+            window_right,
+            num_m_blocks,
+            sQ_layout,
+            sKV_layout,
+            gmem_tiled_copy_QKV,
+            gmem_tiled_copy_O,
+            tiled_mma,
+            SharedStorage,
+        ).launch(
+            grid=[num_m_blocks * mQ.shape[2] * mQ.shape[0], 1, 1],
+            block=[self.num_threads, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+        )
+
+    # ---------------------------------------------------------------- device side: the seven steps
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        scale_log2: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        num_m_blocks: Int32,
+        sQ_layout: cute.ComposedLayout,
+        sKV_layout: cute.ComposedLayout,
+        gmem_tiled_copy_QKV: cute.TiledCopy,
+        gmem_tiled_copy_O: cute.TiledCopy,
+        tiled_mma: cute.TiledMma,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        cfg = self.config
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+
+        # ---- step 1: which tile is ours. The 1-D grid avoids the 65535 limit of gridDim.y/z; the m_block order
+        # is reversed so that, under a causal mask, the longest rows of Q start first.
+        nheads = mQ.shape[2]
+        m_block = num_m_blocks - 1 - bidx % num_m_blocks
+        head_idx = (bidx // num_m_blocks) % nheads
+        batch_idx = bidx // num_m_blocks // nheads
+        kv_head_idx = head_idx // (nheads // mK.shape[2])
+        seqlen_q = mQ.shape[1]
+        seqlen_k = mK.shape[1]
+        head_dim = mQ.shape[3]
+        tile_info = TileInfo(
+            self.block_m,
+            self.block_n,
+            cfg.mask_right,
+            cfg.mask_left,
+            seqlen_q,
+            seqlen_k,
+            diag_offset,
+            window_left,
+            window_right,
+        )
+        n_block_min, n_block_max = tile_info.n_block_range(m_block)
+        left_end, right_start = tile_info.masked_runs(m_block, n_block_min, n_block_max)
+
+        tile_q = (self.block_m, self.head_dim_padded)
+        tile_kv = (self.block_n, self.head_dim_padded)
+        gQ = cute.local_tile(mQ[batch_idx, None, head_idx, None], tile_q, (m_block, 0))  # (block_m, D)
+        gK = cute.local_tile(mK[batch_idx, None, kv_head_idx, None], tile_kv, (None, 0))  # (block_n, D, n_block)
+        gV = cute.local_tile(mV[batch_idx, None, kv_head_idx, None], tile_kv, (None, 0))  # (block_n, D, n_block)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        sQ = storage.sQ.get_tensor(sQ_layout)
+        sK = storage.sK.get_tensor(sKV_layout)
+        sV = storage.sV.get_tensor(sKV_layout)
+        # V^T as a (D, block_n) view of the same bytes: ldmatrix.trans reads it, nothing is copied.
+        sVt = cute.composition(sV, cute.make_layout((self.head_dim_padded, self.block_n), stride=(self.block_n, 1)))
+
+        # ---- step 2: per-thread gmem -> smem partitions and their predicates
+        gmem_thr_copy = gmem_tiled_copy_QKV.get_slice(tidx)
+        gmem_thr0_copy = gmem_tiled_copy_QKV.get_slice(0)
+        tQgQ, tQsQ = gmem_thr_copy.partition_S(gQ), gmem_thr_copy.partition_D(sQ)
+        tKgK, tKsK = gmem_thr_copy.partition_S(gK), gmem_thr_copy.partition_D(sK)
+        tVgV, tVsV = gmem_thr_copy.partition_S(gV), gmem_thr_copy.partition_D(sV)
+        tQcQ = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_q))
+        t0QcQ = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_q))
+        tKVcKV = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_kv))
+        t0KVcKV = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_kv))
+        tQpQ = gcopy.head_dim_predicate(tQcQ, head_dim)
+        tKVpKV = gcopy.head_dim_predicate(tKVcKV, head_dim)
+        check_hdim = not cfg.exact_head_dim
+
+        kv = SimpleNamespace(
+            tiled_copy=gmem_tiled_copy_QKV,
+            tKVcKV=tKVcKV,
+            t0KVcKV=t0KVcKV,
+            tKVpKV=tKVpKV,
+            seqlen_k=seqlen_k,
+            check_hdim=check_hdim,
+            tKgK=tKgK,
+            tKsK=tKsK,
+            tVgV=tVgV,
+            tVsV=tVsV,
+        )
+
+        # ---- steps 3 and 6: MMA partitions; Q, K and V^T reach the tensor cores through ldmatrix
+        thr_mma = tiled_mma.get_slice(tidx)
+        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
+        tOrVt = thr_mma.make_fragment_B(thr_mma.partition_B(sVt))
+        acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C(tile_q), Float32)
+        acc_O.fill(0.0)
+        ldmatrix = warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4)
+        ldmatrix_t = warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4)
+        smem_thr_copy_Q = cute.make_tiled_copy_A(cute.make_copy_atom(ldmatrix, self.dtype), tiled_mma).get_slice(tidx)
+        smem_thr_copy_K = cute.make_tiled_copy_B(cute.make_copy_atom(ldmatrix, self.dtype), tiled_mma).get_slice(tidx)
+        smem_thr_copy_V = cute.make_tiled_copy_B(cute.make_copy_atom(ldmatrix_t, self.dtype), tiled_mma).get_slice(
+            tidx
+        )
+        tSsQ = smem_thr_copy_Q.partition_S(sQ)
+        tSsK = smem_thr_copy_K.partition_S(sK)
+        tOsVt = smem_thr_copy_V.partition_S(sVt)
+
+        softmax = OnlineSoftmax(scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]))
+        mask = AttentionMask(tile_info, thr_mma, tiled_mma.get_slice(0))
+
+        # ---- prologue: Q and the first (last-in-sequence) K tile in flight together
+        gcopy.copy_rows(
+            gmem_tiled_copy_QKV, tQgQ, tQsQ, tQcQ, t0QcQ, tQpQ, seqlen_q - m_block * self.block_m, True, check_hdim, False
+        )
+        if n_block_max > n_block_min:
+            self.load_kv_tile(kv, tKgK, tKsK, n_block_max - 1, True, False)
+        cute.arch.cp_async_commit_group()
+
+        compute_one_n_block = partial(
+            self.compute_one_n_block,
+            SimpleNamespace(
+                tiled_mma=tiled_mma,
+                thr_mma=thr_mma,
+                tSrQ=tSrQ,
+                tSrK=tSrK,
+                tOrVt=tOrVt,
+                tSsQ=tSsQ,
+                tSsK=tSsK,
+                tOsVt=tOsVt,
+                smem_thr_copy_Q=smem_thr_copy_Q,
+                smem_thr_copy_K=smem_thr_copy_K,
+                smem_thr_copy_V=smem_thr_copy_V,
+            ),
+            kv,
+            softmax,
+            mask,
+            acc_O,
+            m_block,
+            n_block_min,
+        )
+
+        # ---- main loop over K/V tiles, last to first (see TileInfo.masked_runs)
+        if n_block_max > n_block_min:
+            compute_one_n_block(n_block_max - 1, True, True)
+        for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):
+            compute_one_n_block(n_block_max - 2 - i, False, True)
+        for i in cutlass.range(right_start - left_end, unroll=1):
+            compute_one_n_block(right_start - 1 - i, False, False)
+        if cutlass.const_expr(cfg.mask_left):
+            for i in cutlass.range(left_end - n_block_min, unroll=1):
+                compute_one_n_block(left_end - 1 - i, False, True)
+
+        # ---- step 7: O = U / l, LSE = scale * m + log l; O leaves through shared memory (sQ's bytes)
+        inv_sum, lse = softmax.finalize()
+        softmax.rescale_o(acc_O, inv_sum)
+        cute.arch.cp_async_wait_group(0)  # no cp.async may still write sQ (the loop may have run zero times)
+        cute.arch.sync_threads()  # every warp is done reading sQ
+        rows_left = seqlen_q - m_block * self.block_m
+        sO = cute.make_tensor(sQ.iterator, sQ_layout)
+        gO = cute.local_tile(mO[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        store_o(acc_O, sO, gO, tiled_mma, gmem_tiled_copy_O, tidx, rows_left, head_dim, check_hdim)
+        gLSE = cute.local_tile(mLSE[batch_idx, head_idx, None], (self.block_m,), (m_block,))
+        store_lse(lse, gLSE, thr_mma, tile_q, rows_left)
+
+    @cute.jit
+    def load_kv_tile(
+        self,
+        kv: SimpleNamespace,
+        tXgX: cute.Tensor,
+        tXsX: cute.Tensor,
+        n_block: Int32,
+        is_last_tile: cutlass.Constexpr[bool],
+        zero_fill_rows: cutlass.Constexpr[bool],
+    ):
+        """Step 2 for K or V: only the last tile can be partial; the others load whole rows."""
+        gcopy.copy_rows(
+            kv.tiled_copy,
+            tXgX[None, None, None, n_block],
+            tXsX,
+            kv.tKVcKV,
+            kv.t0KVcKV,
+            kv.tKVpKV,
+            kv.seqlen_k - n_block * self.block_n,
+            is_last_tile,
+            kv.check_hdim,
+            zero_fill_rows,
+        )
+
+    @cute.jit
+    def compute_one_n_block(
+        self,
+        mma: SimpleNamespace,
+        kv: SimpleNamespace,
+        softmax: OnlineSoftmax,
+        mask: AttentionMask,
+        acc_O: cute.Tensor,
+        m_block: Int32,
+        n_block_min: Int32,
+        n_block: Int32,
+        is_last_tile: cutlass.Constexpr[bool],
+        mask_rows: cutlass.Constexpr[bool],
+    ):
+        """One K/V tile: steps 3 to 6, with the next K tile's load overlapping softmax and P V."""
+        acc_S = cute.make_rmem_tensor(mma.thr_mma.partition_shape_C((self.block_m, self.block_n)), Float32)
+        acc_S.fill(0.0)
+        cute.arch.cp_async_wait_group(0)  # K[n] (and, the first time, Q) has landed ...
+        cute.arch.sync_threads()  # ... for every thread, and every warp is done with V[n+1]
+        self.load_kv_tile(kv, kv.tVgV, kv.tVsV, n_block, is_last_tile, True)
+        cute.arch.cp_async_commit_group()
+        # step 3: S = Q K^T
+        gemm_ss(mma.tiled_mma, acc_S, mma.tSrQ, mma.tSrK, mma.tSsQ, mma.tSsK, mma.smem_thr_copy_Q, mma.smem_thr_copy_K)
+        cute.arch.cp_async_wait_group(0)  # V[n] has landed ...
+        cute.arch.sync_threads()  # ... and every warp is done reading K[n]
+        if n_block > n_block_min:
+            self.load_kv_tile(kv, kv.tKgK, kv.tKsK, n_block - 1, False, False)
+        cute.arch.cp_async_commit_group()
+        # step 4: mask (only on the tiles that cross a boundary)
+        if cutlass.const_expr(is_last_tile or mask_rows):
+            mask.apply(acc_S, m_block, n_block, mask_rows)
+        # step 5: online softmax, U *= alpha
+        row_scale = softmax.update(acc_S)
+        softmax.rescale_o(acc_O, row_scale)
+        # step 6: O += P V, P converted to 16 bits in the registers that held S
+        rP = cute.make_fragment_like(acc_S, self.dtype)
+        rP.store(acc_S.load().to(self.dtype))
+        gemm_rs(mma.tiled_mma, acc_O, acc_as_operand_a(rP), mma.tOrVt, mma.tOsVt, mma.smem_thr_copy_V)

@@ -1,0 +1,59 @@
+"""Every compiled variant of the kernels, and a parallel pre-compiler that fills the on-disk cache.
+
+    python -m flashcute.kernels.variants --arch sm_90a --jobs 16
+
+compiles each variant once (one process per variant) so that later processes load kernels instead of compiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, FwdConfig, fwd_config
+
+# (window_left, window_right) pairs that reach each mask variant: none, causal, sliding window, left-only window
+MASK_VARIANTS = ((-1, -1), (-1, 0), (8, 8), (8, -1))
+
+
+def fwd_variants(exact_only: bool = False) -> list[FwdConfig]:
+    """The heuristic's config for every dtype x head-dim bucket x mask variant (x exact/padded head dim)."""
+    configs = []
+    for dtype, bucket, (left, right) in itertools.product(DTYPES, HEAD_DIM_BUCKETS, MASK_VARIANTS):
+        head_dims = (bucket,) if exact_only else (bucket, bucket - 8)
+        configs += [fwd_config(d, dtype, window_left=left, window_right=right) for d in head_dims]
+    return configs
+
+
+def _compile_one(config: FwdConfig, arch: str) -> float:
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    from flashcute import compile_cache
+    from flashcute.kernels.build import compile_fwd
+
+    start = time.perf_counter()
+    compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", default="sm_90a", help="target, e.g. sm_80 or sm_90a")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--exact-only", action="store_true", help="skip the padded-head-dim variants")
+    args = parser.parse_args(argv)
+    configs = fwd_variants(args.exact_only)
+    start = time.perf_counter()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        seconds = list(pool.map(_compile_one, configs, itertools.repeat(args.arch)))
+    print(
+        f"{len(configs)} variants for {args.arch} in {time.perf_counter() - start:.0f} s "
+        f"(per variant: max {max(seconds):.1f} s, mean {sum(seconds) / len(seconds):.1f} s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

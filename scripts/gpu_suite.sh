@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU host's one call: pre-compile every kernel variant, run the GPU test suite, run the benchmark.
+#
+#   bash scripts/gpu_suite.sh OUT_DIR [pytest args ...] [-- bench args ...]
+#
+# Writes under OUT_DIR: compile.log, pytest.log (+ junit.xml), bench.log and bench.tar.gz (results.json,
+# results.md, plots), then prints a short summary table last. Run it from the repository root, with CuTe DSL
+# importable (on the lent H200: `bash .gpu-wheels/install.sh b && source .gpu-wheels/env.sh` first).
+set -uo pipefail
+out=${1:?usage: gpu_suite.sh OUT_DIR [pytest args] [-- bench args]}
+shift
+pytest_args=()
+bench_args=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do pytest_args+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift && bench_args=("$@")
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+export FLASHCUTE_CACHE_DIR=${FLASHCUTE_CACHE_DIR:-/tmp/flashcute-cache}
+arch=$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"sm_{m}{n}" + ("a" if m >= 9 else ""))')
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
+
+python3 -m flashcute.kernels.variants --arch "$arch" --jobs "$(nproc)" 2>&1 | tee "$out/compile.log" | tail -n 3
+
+python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/junit.xml" "${pytest_args[@]}" 2>&1 \
+  | tee "$out/pytest.log" | tail -n 25
+test_rc=${PIPESTATUS[0]}
+
+bench_rc=0
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  python3 -m flashcute.bench --out "$out/bench" "${bench_args[@]}" > "$out/bench.log" 2>&1
+  bench_rc=$?
+  tar -czf "$out/bench.tar.gz" -C "$out" bench && rm -rf "$out/bench"
+fi
+
+echo
+echo "== summary ($(git rev-parse --short HEAD 2>/dev/null || echo unknown), $arch) =="
+grep -E "^(=+ )?[0-9]+ (passed|failed)|passed|failed|error" "$out/pytest.log" | tail -n 1
+[ "${SKIP_BENCH:-0}" != 1 ] && sed -n '/^|/p' "$out/bench.log" | head -n 40
+echo "tests rc=$test_rc bench rc=$bench_rc"
+exit $(( test_rc != 0 || bench_rc != 0 ))

@@ -1,0 +1,164 @@
+"""Forward kernel on the GPU against the float64 spec (design.md's error budget), outputs NaN-poisoned."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import flashcute
+from flashcute.interface import launch_fwd
+from flashcute.validation import validate_attention_args, validate_cuda_inputs
+from tests.helpers import check_against_spec
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16]
+SEQLENS = [(1, 1), (17, 17), (64, 64), (113, 203), (239, 239), (799, 3), (3, 799), (1023, 1024), (4224, 4224)]
+HEAD_DIMS = [32, 64, 96, 128, 192, 256, 40, 72, 200]
+MASKS = [
+    {},
+    {"causal": True},
+    {"causal": True, "causal_align": "top_left"},
+    {"window_size": (50, 7)},
+    {"window_size": (64, -1), "causal_align": "top_left"},
+]
+
+
+def randn(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+def run_poisoned(q, k, v, **options):
+    """Run the kernel into NaN-filled outputs, so any element it fails to write fails the check."""
+    args = validate_attention_args(q, k, v, **options)
+    q, k, v = validate_cuda_inputs(q, k, v, args)
+    out = torch.full(q.shape, math.nan, dtype=q.dtype, device=q.device)
+    lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device=q.device)
+    launch_fwd(q, k, v, out, lse, args.softmax_scale, args.diagonal_offset, args.window_left, args.window_right)
+    return out, lse
+
+
+def check(q, k, v, **options):
+    out, lse = run_poisoned(q, k, v, **options)
+    check_against_spec(out, lse, q, k, v, **options)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("seqlens", SEQLENS, ids=str)
+@pytest.mark.parametrize("mask", MASKS, ids=str)
+def test_seqlens_and_masks(dtype, seqlens, mask):
+    seqlen_q, seqlen_k = seqlens
+    batch = 2 if seqlen_q * seqlen_k < 10**6 else 1
+    check(randn(batch, seqlen_q, 3, 128, dtype=dtype), *(randn(batch, seqlen_k, 3, 128, dtype=dtype) for _ in "kv"), **mask)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dims(dtype, head_dim, causal):
+    q = randn(2, 239, 4, head_dim, dtype=dtype)
+    k, v = (randn(2, 301, 4, head_dim, dtype=dtype) for _ in "kv")
+    check(q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("nheads_k", [1, 2])
+def test_gqa_mqa(nheads_k):
+    q = randn(2, 300, 8, 64)
+    k, v = (randn(2, 257, nheads_k, 64) for _ in "kv")
+    check(q, k, v, causal=True)
+
+
+def test_packed_qkv_views():
+    """Slices of one (batch, seqlen, 3, nheads, head_dim) tensor: strided, non-contiguous inputs."""
+    qkv = randn(2, 333, 3, 4, 64)
+    q, k, v = qkv.unbind(dim=2)
+    assert not q.is_contiguous()
+    check(q, k, v, causal=True)
+    hq = randn(1, 257, 16 * 3, 64)  # heads interleaved along one dim, then sliced with a step
+    check(hq[:, :, 0::3], hq[:, :, 1::3], hq[:, :, 2::3])
+
+
+def test_many_heads_times_batch():
+    """batch * heads > 65535 thread blocks along one grid dim would overflow gridDim.y/z."""
+    q = randn(1100, 1, 64, 32)
+    k, v = (randn(1100, 5, 64, 32) for _ in "kv")
+    check(q, k, v)
+
+
+def test_rows_that_see_no_key():
+    """Bottom-right causal with seqlen_q > seqlen_k: the first rows see nothing: O = 0, LSE = -inf."""
+    q = randn(1, 200, 2, 64)
+    k, v = (randn(1, 70, 2, 64) for _ in "kv")
+    out, lse = run_poisoned(q, k, v, causal=True)
+    assert torch.equal(out[:, :130], torch.zeros_like(out[:, :130]))
+    assert torch.isneginf(lse[:, :, :130]).all()
+    check_against_spec(out, lse, q, k, v, causal=True)
+
+
+def test_softmax_scale_and_lse():
+    q = randn(2, 190, 2, 64)
+    k, v = (randn(2, 190, 2, 64) for _ in "kv")
+    check(q, k, v, softmax_scale=0.3)
+    out, lse = flashcute.flash_attn_func(q, k, v, softmax_scale=0.3, return_lse=True)
+    check_against_spec(out, lse, q, k, v, softmax_scale=0.3)
+
+
+def test_nan_in_v_propagates_like_spec():
+    q = randn(1, 64, 1, 64)
+    k, v = (randn(1, 64, 1, 64) for _ in "kv")
+    v[0, 5, 0, 3] = math.nan
+    out = flashcute.flash_attn_func(q, k, v)
+    assert out[..., 3].isnan().all() and not out[..., :3].isnan().any()
+
+
+def test_deterministic_bitwise():
+    q = randn(2, 1000, 4, 128)
+    k, v = (randn(2, 1000, 4, 128) for _ in "kv")
+    first = flashcute.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    second = flashcute.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+def test_non_default_stream():
+    q = randn(2, 500, 4, 64)
+    k, v = (randn(2, 500, 4, 64) for _ in "kv")
+    expected = flashcute.flash_attn_func(q, k, v)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(10**7)  # keep the side stream busy: a launch on the default stream would race ahead
+        out = flashcute.flash_attn_func(q, k, v)
+    torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(out, expected)
+
+
+def test_cuda_graph_replay():
+    q = randn(2, 300, 4, 64)
+    k, v = (randn(2, 300, 4, 64) for _ in "kv")
+    flashcute.flash_attn_func(q, k, v, causal=True)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flashcute.flash_attn_func(q, k, v, causal=True)
+    for _ in range(2):
+        q.copy_(torch.randn_like(q))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_spec(out, None, q, k, v, causal=True)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda q, k, v: (q.cpu(), k, v), "CUDA"),
+        (lambda q, k, v: (q.half(), k, v), "dtype"),
+        (lambda q, k, v: (q.float(), k.float(), v.float()), "float16 or bfloat16"),
+        (lambda q, k, v: (q[..., ::2], k[..., ::2], v[..., ::2]), "last dim"),
+        (lambda q, k, v: (q[:, :, :, :60], k[:, :, :, :60], v[:, :, :, :60]), "multiple of 8"),
+    ],
+)
+def test_bad_inputs_raise_before_launch(bad, message):
+    q, k, v = bad(*(randn(1, 16, 2, 64) for _ in "qkv"))
+    with pytest.raises((TypeError, ValueError), match=message):
+        flashcute.flash_attn_func(q, k, v)
