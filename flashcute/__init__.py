@@ -7,6 +7,6 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
-from flashcute.interface import available_kernels, flash_attn_func  # noqa: E402
+from flashcute.interface import available_kernels, flash_attn_func
 
 __all__ = ["__version__", "available_kernels", "flash_attn_func"]

@@ -77,7 +77,8 @@ def fwd_config(
 ) -> FwdConfig:
     """The heuristic: pick the sm80 forward configuration for a problem.
 
-    causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps) choice; the benchmark's tuning sweep uses it.
+    causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps) choice;
+    the tuning sweep uses it.
     """
     bucket = head_dim_bucket(head_dim)
     block_m, block_n, num_warps = tiles if tiles is not None else _SM80_TILES[bucket]

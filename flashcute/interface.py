@@ -34,12 +34,16 @@ def _resolve_kernel(kernel: str | None, device: torch.device) -> str:
     available = available_kernels(device)
     if kernel is None or kernel == "auto":
         if not available:
-            raise ValueError(f"no flashcute kernel runs on {torch.cuda.get_device_name(device)}: it needs sm_80 or newer")
+            raise ValueError(
+                f"no flashcute kernel runs on {torch.cuda.get_device_name(device)}: it needs sm_80 or newer"
+            )
         return available[-1]
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {('auto', *KERNELS)} or None, got {kernel!r}")
     if kernel not in available:
-        raise ValueError(f"kernel={kernel!r} cannot run on {torch.cuda.get_device_name(device)}; available: {available}")
+        raise ValueError(
+            f"kernel={kernel!r} cannot run on {torch.cuda.get_device_name(device)}; available: {available}"
+        )
     return kernel
 
 

@@ -51,7 +51,11 @@ def check(q, k, v, **options):
 def test_seqlens_and_masks(dtype, seqlens, mask):
     seqlen_q, seqlen_k = seqlens
     batch = 2 if seqlen_q * seqlen_k < 10**6 else 1
-    check(randn(batch, seqlen_q, 3, 128, dtype=dtype), *(randn(batch, seqlen_k, 3, 128, dtype=dtype) for _ in "kv"), **mask)
+    check(
+        randn(batch, seqlen_q, 3, 128, dtype=dtype),
+        *(randn(batch, seqlen_k, 3, 128, dtype=dtype) for _ in "kv"),
+        **mask,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -22,7 +22,12 @@ def _fake_bshd(dtype, batch, seqlen, heads, head_dim):
     import cutlass.cute as cute
 
     align = 128 // dtype.width
-    strides = (cute.sym_int64(divisibility=align), cute.sym_int64(divisibility=align), cute.sym_int64(divisibility=align), 1)
+    strides = (
+        cute.sym_int64(divisibility=align),
+        cute.sym_int64(divisibility=align),
+        cute.sym_int64(divisibility=align),
+        1,
+    )
     return cute.runtime.make_fake_tensor(dtype, (batch, seqlen, heads, head_dim), stride=strides, assumed_align=16)
 
 

@@ -30,10 +30,7 @@ def make_gmem_tiled_copy(
     ``is_async`` picks cp.async (loads into shared memory) or a plain vectorised copy (stores of O).
     """
     elems = COPY_BITS // dtype.width
-    if is_async:
-        op = cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL)
-    else:
-        op = cute.nvgpu.CopyUniversalOp()
+    op = cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL) if is_async else cute.nvgpu.CopyUniversalOp()
     atom = cute.make_copy_atom(op, dtype, num_bits_per_copy=COPY_BITS)
     threads_per_row = smem_layout_atom(dtype, head_dim_padded).outer.shape[1] // elems
     thread_layout = cute.make_layout((num_threads // threads_per_row, threads_per_row), stride=(threads_per_row, 1))

@@ -224,9 +224,7 @@ class FlashAttentionForwardSm80:
         ldmatrix_t = warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4)
         smem_thr_copy_Q = cute.make_tiled_copy_A(cute.make_copy_atom(ldmatrix, self.dtype), tiled_mma).get_slice(tidx)
         smem_thr_copy_K = cute.make_tiled_copy_B(cute.make_copy_atom(ldmatrix, self.dtype), tiled_mma).get_slice(tidx)
-        smem_thr_copy_V = cute.make_tiled_copy_B(cute.make_copy_atom(ldmatrix_t, self.dtype), tiled_mma).get_slice(
-            tidx
-        )
+        smem_thr_copy_V = cute.make_tiled_copy_B(cute.make_copy_atom(ldmatrix_t, self.dtype), tiled_mma).get_slice(tidx)
         tSsQ = smem_thr_copy_Q.partition_S(sQ)
         tSsK = smem_thr_copy_K.partition_S(sK)
         tOsVt = smem_thr_copy_V.partition_S(sVt)
@@ -236,7 +234,16 @@ class FlashAttentionForwardSm80:
 
         # ---- prologue: Q and the first (last-in-sequence) K tile in flight together
         gcopy.copy_rows(
-            gmem_tiled_copy_QKV, tQgQ, tQsQ, tQcQ, t0QcQ, tQpQ, seqlen_q - m_block * self.block_m, True, check_hdim, False
+            gmem_tiled_copy_QKV,
+            tQgQ,
+            tQsQ,
+            tQcQ,
+            t0QcQ,
+            tQpQ,
+            seqlen_q - m_block * self.block_m,
+            True,
+            check_hdim,
+            False,
         )
         if n_block_max > n_block_min:
             self.load_kv_tile(kv, tKgK, tKsK, n_block_max - 1, True, False)

@@ -1,0 +1,197 @@
+"""The backends a sweep can time, by name. Each builds, for a shape, a (q, k, v) -> out function.
+
+Names: flashcute-<kernel> for each kernel flashcute.interface.available_kernels() offers on this GPU; fa4
+(flash-attn-4, CuTe DSL); sdpa-cudnn, sdpa-flash, sdpa-efficient and sdpa-math (PyTorch SDPA with that backend
+forced); flex (FlexAttention under torch.compile, the Triton kernel a Python user would otherwise pick).
+"""
+
+import importlib.util
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+
+from flashcute.bench.grid import Shape
+from flashcute.bench.passes import AttentionFn
+
+MATH_MAX_SCORES_BYTES = 1 << 30
+SDPA_BACKENDS = {
+    "cudnn": "CUDNN_ATTENTION",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "math": "MATH",
+}
+
+
+def _supports_all(shape: Shape, pass_: str) -> str | None:
+    return None
+
+
+def _nothing_missing() -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    build: Callable[[Shape], AttentionFn]
+    """Prepares what the shape needs (compiled kernels, masks), outside the timing; the result runs one forward."""
+    supports: Callable[[Shape, str], str | None] = _supports_all
+    """Why the backend cannot run a shape and pass, or None. Asked before anything is built."""
+    available: Callable[[], str | None] = _nothing_missing
+    """Why the backend cannot run here at all (a package missing), or None."""
+    context: Callable[[], AbstractContextManager] = nullcontext
+    """Entered around building, checking and timing: SDPA's choice of backend is set here, not in every call."""
+
+
+def _unavailable(name: str, reason: str) -> Backend:
+    """A backend that refuses every shape with `reason` (so the sweep reports it per row)."""
+
+    def refuse_build(shape: Shape) -> AttentionFn:
+        raise RuntimeError(reason)
+
+    return Backend(name, refuse_build, supports=lambda shape, pass_: reason, available=lambda: reason)
+
+
+def _heads_first(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(batch, seqlen, nheads, headdim) views as (batch, nheads, seqlen, headdim), the layout of SDPA and flex."""
+    return tuple(t.transpose(1, 2) for t in tensors)
+
+
+# ---- flashcute ---------------------------------------------------------------------------------------------------
+
+
+def _build_flashcute(kernel: str, shape: Shape) -> AttentionFn:
+    from flashcute import flash_attn_func
+
+    return partial(flash_attn_func, causal=shape.causal, kernel=kernel)
+
+
+def _flashcute_backends() -> list[Backend]:
+    try:
+        from flashcute.interface import available_kernels
+
+        kernels = available_kernels()
+    except Exception as exc:  # a broken flashcute is reported like a missing backend, never fatal to the sweep
+        return [_unavailable("flashcute", f"available_kernels() failed: {type(exc).__name__}: {exc}")]
+    if not kernels:
+        return [_unavailable("flashcute", "no flashcute kernel runs on this GPU")]
+    return [Backend(f"flashcute-{kernel}", partial(_build_flashcute, kernel)) for kernel in kernels]
+
+
+# ---- flash-attn-4 --------------------------------------------------------------------------------------------------
+
+
+def _fa4_available() -> str | None:
+    try:
+        import flash_attn.cute  # noqa: F401
+    except Exception as exc:  # any import failure (missing, wrong cutlass version) means "not here"
+        return f"flash_attn.cute is not importable: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _build_fa4(shape: Shape) -> AttentionFn:
+    from flash_attn.cute import flash_attn_func
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = flash_attn_func(q, k, v, causal=shape.causal)
+        return out[0] if isinstance(out, tuple) else out  # some versions return (out, lse)
+
+    return attention
+
+
+# ---- PyTorch SDPA --------------------------------------------------------------------------------------------------
+
+
+def _build_sdpa(shape: Shape) -> AttentionFn:
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # is_causal is top-left aligned, which is flashcute's bottom-right rule when seqlen_q == seqlen_k.
+        return F.scaled_dot_product_attention(*_heads_first(q, k, v), is_causal=shape.causal).transpose(1, 2)
+
+    return attention
+
+
+def _math_fits(shape: Shape, pass_: str) -> str | None:
+    """The math backend materializes the scores: keep it to sizes where that is cheap."""
+    nbytes = shape.batch * shape.nheads * shape.seqlen**2 * shape.torch_dtype.itemsize
+    if nbytes <= MATH_MAX_SCORES_BYTES:
+        return None
+    return f"math SDPA only runs where its scores fit in {MATH_MAX_SCORES_BYTES >> 30} GiB (needs {nbytes >> 30} GiB)"
+
+
+def _sdpa(kind: str) -> Backend:
+    def forced() -> AbstractContextManager:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[kind]))
+
+    supports = _math_fits if kind == "math" else _supports_all
+    return Backend(f"sdpa-{kind}", _build_sdpa, supports=supports, context=forced)
+
+
+# ---- FlexAttention -------------------------------------------------------------------------------------------------
+
+
+def _flex_available() -> str | None:
+    return None if importlib.util.find_spec("triton") else "triton is not installed"
+
+
+def _causal_mask(batch_idx: torch.Tensor, head_idx: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor):
+    return q_idx >= kv_idx  # the grid has seqlen_q == seqlen_k, where top-left and bottom-right agree
+
+
+def _build_flex(shape: Shape) -> AttentionFn:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    # A fresh compile per shape: with a whole sweep's shapes in one dynamo cache, the recompile limit would send
+    # later shapes to flex_attention's eager path, which materializes the scores.
+    torch._dynamo.reset()
+    attend = torch.compile(flex_attention, dynamic=False)
+    block_mask = None
+    if shape.causal:
+        block_mask = create_block_mask(_causal_mask, None, None, shape.seqlen, shape.seqlen, device="cuda")
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return attend(*_heads_first(q, k, v), block_mask=block_mask).transpose(1, 2)
+
+    return attention
+
+
+# ---- selection -----------------------------------------------------------------------------------------------------
+
+
+def registry() -> dict[str, Backend]:
+    """Every backend this process knows, flashcute first, in the order tables and plots show them."""
+    backends = [
+        *_flashcute_backends(),
+        Backend("fa4", _build_fa4, available=_fa4_available),
+        _sdpa("cudnn"),
+        _sdpa("flash"),
+        _sdpa("efficient"),
+        Backend("flex", _build_flex, available=_flex_available),
+        _sdpa("math"),
+    ]
+    return {backend.name: backend for backend in backends}
+
+
+def select_backends(names: str | None) -> tuple[list[Backend], dict[str, str]]:
+    """The backends to sweep, and those skipped with why.
+
+    names=None takes every available backend and skips the others. A comma list takes exactly those names: an
+    unknown or unavailable one stays in the sweep and refuses every row with the reason, so the report shows it.
+    """
+    known = registry()
+    if names is None:
+        reasons = {name: backend.available() for name, backend in known.items()}
+        selected = [backend for name, backend in known.items() if reasons[name] is None]
+        return selected, {name: reason for name, reason in reasons.items() if reason is not None}
+    unknown = f"unknown backend; known: {', '.join(known)}"
+    chosen = [known.get(name) or _unavailable(name, unknown) for name in _split(names)]
+    return [_unavailable(b.name, reason) if (reason := b.available()) else b for b in chosen], {}
+
+
+def _split(names: str) -> list[str]:
+    return list(dict.fromkeys(name.strip() for name in names.split(",") if name.strip()))

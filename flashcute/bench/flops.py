@@ -1,0 +1,26 @@
+"""FLOP counts: the convention behind every TFLOP/s figure (design.md, "Performance method")."""
+
+PASS_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+"""Work of each pass relative to the forward: the backward runs five matmuls to the forward's two."""
+
+
+def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> float:
+    """The (query, key) pairs attention computes.
+
+    Without a mask that is every pair. Under bottom-right causal masking (query i sees key j iff
+    j <= i + seqlen_k - seqlen_q) it is counted as the area under that diagonal, so exactly half of the pairs
+    when seqlen_q == seqlen_k, as flash-attention's benchmarks count it.
+    """
+    if not causal:
+        return float(seqlen_q * seqlen_k)
+    if seqlen_q <= seqlen_k:
+        return seqlen_q * (seqlen_k - seqlen_q / 2)
+    return seqlen_k * seqlen_k / 2
+
+
+def attention_flops(
+    batch: int, nheads: int, seqlen_q: int, seqlen_k: int, headdim: int, causal: bool, pass_: str = "fwd"
+) -> float:
+    """FLOPs of one pass: the forward is two matmuls (Q Kᵀ and P V) of 2·headdim FLOPs per attended pair."""
+    pairs = attended_pairs(seqlen_q, seqlen_k, causal)
+    return 4.0 * batch * nheads * headdim * pairs * PASS_FACTOR[pass_]

@@ -1,0 +1,54 @@
+"""Input tensors for a shape, rotated so that no call finds its inputs in L2 left there by an earlier call."""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from flashcute.bench.grid import Shape
+
+DEFAULT_L2_BYTES = 64 << 20
+MAX_SETS = 32
+
+
+@dataclass(frozen=True)
+class InputSet:
+    """q, k, v: (batch, seqlen, nheads, headdim); dout: the output's gradient, for passes with a backward."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    dout: torch.Tensor | None = None
+
+
+def make_inputs(shape: Shape, with_grad: bool, device: str = "cuda") -> InputSet:
+    """Standard normal inputs (never zeros: a kernel that writes nothing must not pass the check)."""
+    size = (shape.batch, shape.seqlen, shape.nheads, shape.headdim)
+
+    def randn(requires_grad: bool) -> torch.Tensor:
+        return torch.randn(size, dtype=shape.torch_dtype, device=device, requires_grad=requires_grad)
+
+    return InputSet(randn(with_grad), randn(with_grad), randn(with_grad), randn(False) if with_grad else None)
+
+
+def l2_bytes() -> int:
+    """The current GPU's L2 size (about 50-60 MB on H100/H200); a conservative guess where torch cannot say."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES
+
+
+def rotation_count(set_bytes: int, l2: int) -> int:
+    """Sets to cycle through so that the others touched between two uses of a set fill L2: 1 + ceil(L2 / set)."""
+    return min(MAX_SETS, 1 + math.ceil(l2 / set_bytes))
+
+
+def touched_bytes(inputs: InputSet) -> int:
+    """Bytes a pass reads and writes: q, k, v and out, plus dout, dq, dk and dv with a backward."""
+    tensor_bytes = inputs.q.nbytes + inputs.k.nbytes + inputs.v.nbytes + inputs.q.nbytes
+    return tensor_bytes * (1 if inputs.dout is None else 2)
+
+
+def make_rotation(shape: Shape, with_grad: bool) -> list[InputSet]:
+    first = make_inputs(shape, with_grad)
+    count = rotation_count(touched_bytes(first), l2_bytes())
+    return [first, *(make_inputs(shape, with_grad) for _ in range(count - 1))]

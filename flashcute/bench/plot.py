@@ -1,0 +1,51 @@
+"""A PNG per (dtype, headdim, causal): TFLOP/s against seqlen, a line per backend."""
+
+from pathlib import Path
+
+from flashcute.bench.grid import group_label, seqlen_label
+from flashcute.bench.results import Results, Row, backend_names, by_group
+
+
+def plot_group(rows: list[Row], title: str, colors: dict[str, str], path: Path) -> None:
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed (Agg)
+
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    for backend in backend_names(rows):
+        timed = [row for row in rows if row.backend == backend and row.tflops is not None]
+        if not timed:
+            continue
+        wrong = any(row.status == "wrong" for row in timed)
+        ax.plot(
+            [row.shape.seqlen for row in timed],
+            [row.tflops for row in timed],
+            color=colors[backend],
+            marker="o",
+            linestyle=":" if wrong else "-",
+            label=f"{backend} (wrong)" if wrong else backend,
+        )
+    seqlens = sorted({row.shape.seqlen for row in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(seqlens, [seqlen_label(seqlen) for seqlen in seqlens])
+    ax.set_xlabel("sequence length")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if ax.has_data():
+        ax.legend(fontsize="small")
+    fig.savefig(path, dpi=120)
+
+
+def write_plots(results: Results, out_dir: Path) -> list[Path]:
+    """One PNG per group in out_dir; returns their paths."""
+    gpu = results.meta.get("gpu", {}).get("name", "")
+    colors = {backend: f"C{i % 10}" for i, backend in enumerate(backend_names(results.rows))}  # same in every plot
+    paths = []
+    for group, rows in by_group(results.rows).items():
+        dtype, headdim, causal = group
+        pass_ = rows[0].pass_
+        path = out_dir / f"{pass_}_{dtype}_d{headdim}_{'causal' if causal else 'noncausal'}.png"
+        plot_group(rows, f"{pass_} · {group_label(group)} · {gpu}".rstrip(" ·"), colors, path)
+        paths.append(path)
+    return paths

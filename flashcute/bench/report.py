@@ -1,0 +1,161 @@
+"""Tables for people: TFLOP/s per backend with ratios of each flashcute kernel against every other backend,
+per-backend overheads, and the change against a saved run. All markdown, readable in a terminal too."""
+
+import math
+import statistics
+from collections.abc import Iterable
+
+from flashcute.bench.grid import group_label, seqlen_label
+from flashcute.bench.results import Results, Row, backend_names, by_group
+
+CELL = {"unsupported": "n/a", "failed": "error"}
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    """Columns padded to equal width, so the markdown also reads as a plain-text table."""
+    widths = [max(len(cells[i]) for cells in [header, *body]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)) + " |"
+
+    return "\n".join([line(header), line(["-" * width for width in widths]), *map(line, body)])
+
+
+def ratio_pairs(backends: list[str]) -> list[tuple[str, str]]:
+    """(flashcute kernel, other backend) for each flashcute kernel against every other backend."""
+    ours = [name for name in backends if name.startswith("flashcute-")]
+    return [(mine, other) for mine in ours for other in backends if other != mine]
+
+
+def speedup(mine: Row | None, other: Row | None) -> float | None:
+    """mine's TFLOP/s over other's; None unless both ran and passed the check."""
+    if mine is None or other is None or mine.status != "ok" or other.status != "ok":
+        return None
+    return mine.tflops / other.tflops
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return math.exp(statistics.fmean(map(math.log, present))) if present else None
+
+
+def _cell(row: Row | None) -> str:
+    if row is None:
+        return ""
+    if row.status in CELL:
+        return CELL[row.status]
+    return f"{row.tflops:.1f}" + (" ✗" if row.status == "wrong" else "")
+
+
+def _ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def _short(backend: str) -> str:
+    return backend.removeprefix("flashcute-")
+
+
+def group_table(rows: list[Row], backends: list[str], compared: list[str]) -> str:
+    """One group's TFLOP/s, a row per seqlen, then ratio columns among the `compared` backends and their geometric
+    mean."""
+    pairs = ratio_pairs(compared)
+    cells = {(row.shape, row.backend): row for row in rows}
+    shapes = list(dict.fromkeys(row.shape for row in rows))
+    header = ["L", "B", "H", *backends, *(f"{_short(mine)}/{other}" for mine, other in pairs)]
+    ratios = [
+        [speedup(cells.get((shape, mine)), cells.get((shape, other))) for mine, other in pairs] for shape in shapes
+    ]
+    body = [
+        [
+            seqlen_label(shape.seqlen),
+            str(shape.batch),
+            str(shape.nheads),
+            *(_cell(cells.get((shape, backend))) for backend in backends),
+            *map(_ratio, shape_ratios),
+        ]
+        for shape, shape_ratios in zip(shapes, ratios, strict=True)
+    ]
+    if pairs:
+        means = [geomean(column) for column in zip(*ratios, strict=True)]
+        body.append(["geomean", "", "", *([""] * len(backends)), *map(_ratio, means)])
+    return markdown_table(header, body)
+
+
+def group_notes(rows: list[Row]) -> list[str]:
+    """Why cells are n/a, error or ✗: one line per (backend, reason) with the seqlens it applies to."""
+    seqlens: dict[tuple[str, str, str], list[str]] = {}
+    for row in rows:
+        if row.reason:
+            seqlens.setdefault((row.backend, row.status, row.reason), []).append(seqlen_label(row.shape.seqlen))
+    return [f"- {backend} {status} (L={', '.join(ls)}): {reason}" for (backend, status, reason), ls in seqlens.items()]
+
+
+def backend_table(results: Results, backends: list[str]) -> str:
+    """Host overhead per call on a tiny problem, and first-call (compile) time over the sweep's rows."""
+    body = []
+    for backend in backends:
+        firsts = [row.first_call_ms for row in results.rows if row.backend == backend and row.first_call_ms]
+        overhead = results.host_overhead_us.get(backend)
+        body.append(
+            [
+                backend,
+                f"{overhead:.1f}" if isinstance(overhead, float) else "n/a",
+                f"{statistics.median(firsts):.0f}" if firsts else "",
+                f"{max(firsts):.0f}" if firsts else "",
+            ]
+        )
+    return markdown_table(["backend", "host µs/call", "first call ms (median)", "first call ms (max)"], body)
+
+
+def _pairs(values: dict) -> str:
+    return ", ".join(f"{name} {value}" for name, value in values.items() if value is not None)
+
+
+def header_lines(meta: dict) -> list[str]:
+    gpu = meta.get("gpu", {})
+    lines = [f"# flashcute bench: {meta.get('pass', '')} on {gpu.get('name', 'unknown GPU')}", ""]
+    details = [
+        ("gpu", _pairs({key: value for key, value in gpu.items() if key not in ("name", "clocks")})),
+        ("clocks (MHz, W)", _pairs(gpu.get("clocks") or {})),
+        ("versions", _pairs(meta.get("versions", {}))),
+        ("commit", meta.get("git")),
+        ("date", meta.get("date")),
+        ("command", meta.get("command")),
+    ]
+    lines += [f"- {name}: {value}" for name, value in details if value]
+    return lines + [f"- skipped {name}: {why}" for name, why in meta.get("skipped_backends", {}).items()]
+
+
+def render(results: Results) -> str:
+    """The whole report: header, a TFLOP/s table per (dtype, headdim, causal) with notes, and per-backend costs."""
+    backends = backend_names(results.rows)
+    compared = backend_names([row for row in results.rows if row.status == "ok"])
+    parts = header_lines(results.meta)
+    parts += ["", "TFLOP/s; ratios are flashcute's speedup (>1 is faster); ✗ = failed the correctness check."]
+    for group, rows in by_group(results.rows).items():
+        parts += ["", f"## {group_label(group)}", "", group_table(rows, backends, compared), *group_notes(rows)]
+    parts += ["", "## Per backend", "", backend_table(results, backends)]
+    return "\n".join(parts) + "\n"
+
+
+def compare(old: Results, new: Results) -> str:
+    """Each row timed in both runs: old and new TFLOP/s and the change; then the geometric mean per backend."""
+    before = {row.key: row for row in old.rows if row.tflops is not None}
+    pairs = [(before[row.key], row) for row in new.rows if row.tflops is not None and row.key in before]
+    body = [
+        [row.backend, row.shape.label(), f"{was.tflops:.1f}", f"{row.tflops:.1f}", _change(row.tflops / was.tflops)]
+        for was, row in pairs
+    ]
+    run = f"{old.meta.get('date', 'the old run')} on {old.meta.get('gpu', {}).get('name', 'an unknown GPU')}"
+    parts = [f"## Change against {run} ({len(pairs)} rows in both runs)", ""]
+    parts.append(markdown_table(["backend", "shape", "old TFLOP/s", "new TFLOP/s", "change"], body))
+    summary = [
+        [backend, _change(geomean(row.tflops / was.tflops for was, row in pairs if row.backend == backend))]
+        for backend in backend_names([row for _, row in pairs])
+    ]
+    parts += ["", markdown_table(["backend", "geomean change"], summary)]
+    return "\n".join(parts) + "\n"
+
+
+def _change(ratio: float | None) -> str:
+    return "" if ratio is None else f"{(ratio - 1) * 100:+.1f}%"

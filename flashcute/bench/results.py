@@ -1,0 +1,77 @@
+"""What a sweep produces: one row per (backend, shape), the metadata, and their JSON form."""
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from flashcute.bench.grid import Shape
+
+STATUSES = ("ok", "wrong", "unsupported", "failed")
+"""ok: timed and correct (or unchecked); wrong: timed but failed the check, left out of ratios;
+unsupported: the backend cannot do this shape or pass; failed: it raised."""
+
+
+@dataclass(frozen=True)
+class Row:
+    backend: str
+    shape: Shape
+    pass_: str
+    status: str
+    reason: str = ""
+    ms: float | None = None
+    first_call_ms: float | None = None
+    errors: dict[str, dict[str, float]] | None = None
+    """Errors against the float64 reference, on the row where the backend was checked."""
+
+    @property
+    def tflops(self) -> float | None:
+        return None if self.ms is None else self.shape.flops(self.pass_) / (self.ms * 1e9)
+
+    @property
+    def key(self) -> tuple[str, str, Shape]:
+        """Rows of two runs with the same key measure the same thing."""
+        return (self.backend, self.pass_, self.shape)
+
+    def to_dict(self) -> dict:
+        fields = asdict(self)
+        del fields["shape"], fields["pass_"]
+        return {"backend": self.backend, "pass": self.pass_, **asdict(self.shape), **fields, "tflops": self.tflops}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Row":
+        shape = Shape(**{name: data[name] for name in Shape.__dataclass_fields__})
+        names = set(cls.__dataclass_fields__) - {"shape", "pass_"}
+        return cls(shape=shape, pass_=data["pass"], **{name: data[name] for name in names if name in data})
+
+
+@dataclass
+class Results:
+    meta: dict = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    host_overhead_us: dict[str, float | str] = field(default_factory=dict)
+    """Per backend: host microseconds per call on a tiny problem, or why it could not be measured."""
+
+    def to_json(self) -> str:
+        rows = [row.to_dict() for row in self.rows]
+        return json.dumps({"meta": self.meta, "host_overhead_us": self.host_overhead_us, "rows": rows}, indent=1)
+
+    def save(self, path: Path) -> None:
+        path.write_text(self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "Results":
+        data = json.loads(Path(path).read_text())
+        return cls(data["meta"], [Row.from_dict(row) for row in data["rows"]], data["host_overhead_us"])
+
+
+def by_group(rows: list[Row]) -> dict[tuple[str, int, bool], list[Row]]:
+    """Rows by (dtype, headdim, causal), in the order of the sweep."""
+    groups: dict[tuple[str, int, bool], list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.shape.group, []).append(row)
+    return groups
+
+
+def backend_names(rows: list[Row]) -> list[str]:
+    """Backends in the order the sweep ran them."""
+    return list(dict.fromkeys(row.backend for row in rows))

@@ -1,0 +1,116 @@
+"""The sweep: every backend on every shape, each row's failure caught and recorded as its reason."""
+
+import dataclasses
+import gc
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+
+from flashcute.bench.backends import Backend
+from flashcute.bench.check import Checker
+from flashcute.bench.grid import Shape
+from flashcute.bench.inputs import InputSet, make_inputs, make_rotation
+from flashcute.bench.passes import NoBackward, make_step, run_pass
+from flashcute.bench.results import Row
+from flashcute.bench.timing import gpu_time_ms, host_overhead_us, wall_ms
+
+T = TypeVar("T")
+UNSUPPORTED = (NoBackward, NotImplementedError, ValueError, TypeError)
+"""Exceptions that mean "this backend does not do that" (flashcute validates arguments with ValueError/TypeError)."""
+SDPA_REFUSALS = ("No available kernel", "No viable backend")
+"""How SDPA says that the backend it was forced to use cannot run the inputs (CUDA, CPU)."""
+MAX_REASON = 400
+
+
+@dataclass(frozen=True)
+class Settings:
+    pass_: str = "fwd"
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    check: bool = True
+
+
+def sweep(shapes: list[Shape], backends: list[Backend], settings: Settings) -> Iterator[Row]:
+    """One row per (shape, backend), shape by shape. Inputs are made once per shape, only if a backend runs it."""
+    checker = Checker() if settings.check else None
+    for shape in shapes:
+        sets: list[InputSet] = []
+        for backend in backends:
+            reason = backend.supports(shape, settings.pass_)
+            if reason:
+                yield Row(backend.name, shape, settings.pass_, "unsupported", reason)
+                continue
+            sets = sets or make_rotation(shape, with_grad=settings.pass_ != "fwd")
+            yield measure(backend, shape, sets, settings, checker)
+        del sets
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def measure(backend: Backend, shape: Shape, sets: list[InputSet], settings: Settings, checker: Checker | None) -> Row:
+    """Build (compile), first call (timed on the host), check if the group's check is pending, then time."""
+
+    def timed() -> Row:
+        fn = backend.build(shape)
+        first_ms, got = wall_ms(lambda: run_pass(fn, sets[0], settings.pass_))
+        errors = None
+        if checker and checker.pending(backend.name, shape):
+            errors = checker.check(backend.name, shape, sets[0], got)
+        del got
+        ms = gpu_time_ms(make_step(fn, sets, settings.pass_), settings.warmup_ms, settings.rep_ms)
+        wrong = checker.wrong(backend.name, shape) if checker else ""
+        status = "wrong" if wrong else "ok"
+        return Row(backend.name, shape, settings.pass_, status, wrong, ms, first_ms, errors)
+
+    row, failure = attempt(backend, timed)
+    return row if failure is None else Row(backend.name, shape, settings.pass_, *failure)
+
+
+def host_overheads(backends: list[Backend], like: Shape, pass_: str) -> dict[str, float | str]:
+    """Per backend, host microseconds per call on a problem as tiny as can be (like's dtype and headdim, one short
+    sequence) so that the GPU never holds the host back, or why it could not be measured."""
+    shape = dataclasses.replace(like, causal=False, seqlen=128, batch=1, nheads=2)
+
+    def overhead(backend: Backend) -> float | str:
+        reason = backend.supports(shape, pass_)
+        if reason:
+            return reason
+        inputs = [make_inputs(shape, with_grad=pass_ != "fwd")]
+        us, failure = attempt(backend, lambda: host_overhead_us(make_step(backend.build(shape), inputs, pass_)))
+        return us if failure is None else failure[1]
+
+    return {backend.name: overhead(backend) for backend in backends}
+
+
+def attempt(backend: Backend, call: Callable[[], T]) -> tuple[T | None, tuple[str, str] | None]:
+    """call() inside the backend's context: (its result, None), or (None, (status, reason)) if it raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with backend.context():
+                return call(), None
+        except Exception as exc:  # every failure becomes the row's reason; the sweep goes on
+            return None, classify(exc, [str(w.message) for w in caught])
+
+
+def classify(exc: Exception, warning_messages: list[str]) -> tuple[str, str]:
+    """("unsupported" or "failed", a one-line reason). SDPA explains why a forced backend refused in warnings."""
+    if isinstance(exc, NoBackward):
+        return "unsupported", _clip(str(exc))
+    reason = f"{type(exc).__name__}: {_first_line(exc)}"
+    if any(refusal in str(exc) for refusal in SDPA_REFUSALS):
+        why = "; ".join(dict.fromkeys(_first_line(message) for message in warning_messages))
+        return "unsupported", _clip(f"{reason} ({why})" if why else reason)
+    return ("unsupported" if isinstance(exc, UNSUPPORTED) else "failed"), _clip(reason)
+
+
+def _first_line(text: object) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 1] + "…"

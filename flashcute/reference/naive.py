@@ -1,0 +1,72 @@
+"""The specification: attention in float64, computed the obvious way (whole score matrix, no tiles)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from flashcute.validation import AttentionArgs, validate_attention_args
+
+
+def visibility_mask(args: AttentionArgs, rows: Any, cols: Any) -> Any:
+    """visible[i, j]: may query rows[i] attend to key cols[j]?  Boolean, shape (len(rows), len(cols)).
+
+    With offset = args.diagonal_offset, query i sees key j iff j < seqlen_k and
+        (window_left < 0 or j >= i + offset - window_left) and (window_right < 0 or j <= i + offset + window_right).
+    rows and cols are 1-D integer index arrays, torch or numpy (the tiled reference passes tile coordinates that
+    may run past seqlen_q / seqlen_k; keys past seqlen_k are never visible).
+    """
+    i, j = rows[:, None], cols[None, :]
+    diagonal = i + args.diagonal_offset
+    left_ok = (args.window_left < 0) | (j >= diagonal - args.window_left)
+    right_ok = (args.window_right < 0) | (j <= diagonal + args.window_right)
+    return left_ok & right_ok & (j < args.seqlen_k)
+
+
+def attention_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    causal_align: str = "bottom_right",
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention in float64: the specification every kernel is tested against.
+
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim); any float dtype, any device.
+    Query head h reads kv head h // (nheads // nheads_k). For each batch, head and query i:
+
+        score[i, j] = s * (q_i . k_j)                              s = softmax_scale, default 1/sqrt(headdim)
+        score[i, j] = softcap * tanh(score[i, j] / softcap)        only if softcap > 0
+        score[i, j] = -inf                                         where key j is not visible (`visibility_mask`)
+        LSE[i]      = log(sum_j exp(score[i, j]))                  natural log
+        O[i]        = sum_j exp(score[i, j] - LSE[i]) v_j          = softmax(score[i]) @ V
+
+    A row that sees no key (every score -inf) has LSE = -inf and O = 0, never NaN. NaN and inf in the inputs flow
+    through this float math unchanged; note O = P @ V is a matrix product, so 0 * NaN = NaN: a NaN in V reaches
+    every query row of that (batch, head), even rows whose mask hides that key.
+
+    Returns out (batch, seqlen_q, nheads, headdim) float64 on the input device, and with return_lse also
+    lse (batch, nheads, seqlen_q) float64.
+    """
+    args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap)
+    q, k, v = (x.to(torch.float64) for x in (q, k, v))
+    k = k.repeat_interleave(args.qheads_per_kvhead, dim=2)
+    v = v.repeat_interleave(args.qheads_per_kvhead, dim=2)
+
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * args.softmax_scale
+    if args.softcap > 0:
+        scores = args.softcap * torch.tanh(scores / args.softcap)
+    rows = torch.arange(args.seqlen_q, device=q.device)
+    cols = torch.arange(args.seqlen_k, device=q.device)
+    scores = scores.masked_fill(~visibility_mask(args, rows, cols), -math.inf)
+
+    lse = torch.logsumexp(scores, dim=-1)  # (batch, nheads, seqlen_q); -inf for a row that sees no key
+    probs = torch.exp(scores - lse.masked_fill(lse == -math.inf, 0.0)[..., None])  # such a row: exp(-inf) = 0
+    out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,249 @@
+"""Argument validation: the one place where attention arguments are checked and resolved.
+
+Every public entry point (the CUDA kernels, the float64 reference, the tiled CPU reference) calls
+`validate_attention_args` before doing any work. It only needs `.shape` from q, k and v, so it accepts torch tensors
+and numpy arrays alike (including object arrays of `fractions.Fraction`). Each error names the argument, the value
+given and what is allowed.
+
+Layout: q is (batch, seqlen_q, nheads, headdim); k and v are (batch, seqlen_k, nheads_k, headdim), with nheads a
+multiple of nheads_k (grouped-query attention: query head h reads kv head h // (nheads // nheads_k)).
+Every size must be at least 1: empty batches and empty sequences are rejected, so no kernel is ever launched on an
+empty problem.
+
+Masking (the specification): with offset = seqlen_k - seqlen_q for causal_align="bottom_right" (flash_attn >= 2.1)
+or offset = 0 for "top_left" (the seed article's rule j <= i), query i sees key j iff
+
+    (window_left < 0 or j >= i + offset - window_left) and (window_right < 0 or j <= i + offset + window_right)
+
+causal=True is window_right = 0 (window_left is kept as given), exactly as in flash_attn.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+CAUSAL_ALIGNS = ("bottom_right", "top_left")
+Q_DIMS = ("batch", "seqlen_q", "nheads", "headdim")
+KV_DIMS = ("batch", "seqlen_k", "nheads_k", "headdim")
+
+
+@dataclass(frozen=True)
+class AttentionArgs:
+    """Validated, resolved attention arguments: sizes, the scale and the mask window.
+
+    softmax_scale is resolved (None became 1/sqrt(headdim)); causal is already folded into window_right = 0.
+    """
+
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    nheads: int
+    nheads_k: int
+    headdim: int
+    softmax_scale: float
+    causal: bool
+    causal_align: str
+    window_left: int
+    window_right: int
+    softcap: float
+
+    @property
+    def has_mask(self) -> bool:
+        """True when a causal or sliding-window mask hides some keys from some queries."""
+        return self.window_left >= 0 or self.window_right >= 0
+
+    @property
+    def diagonal_offset(self) -> int:
+        """The key aligned with query i is key i + offset: seqlen_k - seqlen_q (bottom_right) or 0 (top_left)."""
+        return self.seqlen_k - self.seqlen_q if self.causal_align == "bottom_right" else 0
+
+    @property
+    def qheads_per_kvhead(self) -> int:
+        """Query heads sharing one kv head (GQA group size): query head h reads kv head h // qheads_per_kvhead."""
+        return self.nheads // self.nheads_k
+
+
+def validate_attention_args(
+    q: Any,
+    k: Any,
+    v: Any,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    causal_align: str = "bottom_right",
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> AttentionArgs:
+    """Check q, k, v shapes and the attention options; return them resolved as `AttentionArgs`.
+
+    Raises TypeError for a value of the wrong type and ValueError for a value out of range.
+    """
+    (batch, seqlen_q, nheads, headdim), (_, seqlen_k, nheads_k, _) = _check_shapes(q, k, v)
+    window_left, window_right = _check_window(window_size)
+    return AttentionArgs(
+        batch=batch,
+        seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k,
+        nheads=nheads,
+        nheads_k=nheads_k,
+        headdim=headdim,
+        softmax_scale=_check_scale(softmax_scale, headdim),
+        causal=_check_causal(causal),
+        causal_align=_check_causal_align(causal_align),
+        window_left=window_left,
+        window_right=0 if causal else window_right,
+        softcap=_check_softcap(softcap),
+    )
+
+
+def validate_tile_sizes(block_m: Any, block_n: Any) -> None:
+    """Tile sizes (queries per Q tile, keys per K/V tile) must be ints >= 1."""
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if not _is_int(value):
+            raise TypeError(f"{name} must be an int >= 1, got {value!r} ({type(value).__name__})")
+        if value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+# ---- shapes -------------------------------------------------------------------------------------------------
+
+
+def _shape(name: str, x: Any, dims: tuple[str, ...]) -> tuple[int, ...]:
+    layout = f"({', '.join(dims)})"
+    if not hasattr(x, "shape"):
+        raise TypeError(f"{name} must be a tensor or array {layout}, got {type(x).__name__}")
+    shape = tuple(int(size) for size in x.shape)
+    if len(shape) != len(dims):
+        raise ValueError(f"{name} must have 4 dimensions {layout}, got shape {shape} ({len(shape)} dimensions)")
+    for dim, (dim_name, size) in enumerate(zip(dims, shape, strict=True)):
+        if size < 1:
+            raise ValueError(f"{name}.shape[{dim}] ({dim_name}) must be >= 1 (empty inputs are rejected), got {size}")
+    return shape
+
+
+def _check_shapes(q: Any, k: Any, v: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Return (q shape, k shape) after checking ranks, sizes and that q, k and v agree."""
+    batch, _, nheads, headdim = q_shape = _shape("q", q, Q_DIMS)
+    k_shape = _shape("k", k, KV_DIMS)
+    v_shape = _shape("v", v, KV_DIMS)
+    if v_shape != k_shape:
+        raise ValueError(f"v must have the same shape as k, {k_shape}, got shape {v_shape}")
+    if k_shape[0] != batch:
+        raise ValueError(f"k batch size (k.shape[0]) must equal q's ({batch}), got {k_shape[0]}")
+    if k_shape[3] != headdim:
+        raise ValueError(f"k headdim (k.shape[3]) must equal q's ({headdim}), got {k_shape[3]}")
+    if nheads % k_shape[2] != 0:
+        raise ValueError(
+            f"k nheads_k (k.shape[2]) must divide q's nheads ({nheads}) for grouped-query attention, got {k_shape[2]}"
+        )
+    return q_shape, k_shape
+
+
+# ---- options ------------------------------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_scale(softmax_scale: Any, headdim: int) -> float:
+    allowed = "None (meaning 1/sqrt(headdim)) or a finite number > 0"
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(headdim)
+    if not _is_real(softmax_scale):
+        raise TypeError(f"softmax_scale must be {allowed}, got {softmax_scale!r} ({type(softmax_scale).__name__})")
+    if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ValueError(f"softmax_scale must be {allowed}, got {softmax_scale!r}")
+    return float(softmax_scale)
+
+
+def _check_causal(causal: Any) -> bool:
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool (True or False), got {causal!r} ({type(causal).__name__})")
+    return causal
+
+
+def _check_causal_align(causal_align: Any) -> str:
+    if causal_align not in CAUSAL_ALIGNS:
+        raise ValueError(f"causal_align must be one of {CAUSAL_ALIGNS}, got {causal_align!r}")
+    return causal_align
+
+
+def _check_window(window_size: Any) -> tuple[int, int]:
+    allowed = "a pair (window_left, window_right) of ints >= -1 (-1 = unbounded)"
+    if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2):
+        raise TypeError(f"window_size must be {allowed}, got {window_size!r}")
+    if not all(_is_int(side) for side in window_size):
+        raise TypeError(f"window_size must be {allowed}, got {window_size!r}")
+    if min(window_size) < -1:
+        raise ValueError(f"window_size must be {allowed}, got {window_size!r}")
+    return int(window_size[0]), int(window_size[1])
+
+
+def _check_softcap(softcap: Any) -> float:
+    allowed = "a finite number >= 0 (0 = no softcap)"
+    if not _is_real(softcap):
+        raise TypeError(f"softcap must be {allowed}, got {softcap!r} ({type(softcap).__name__})")
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap must be {allowed}, got {softcap!r}")
+    return float(softcap)
+
+
+# ---- CUDA kernel inputs -------------------------------------------------------------------------------------
+
+KERNEL_DTYPES = ("float16", "bfloat16")
+KERNEL_MAX_HEADDIM = 256
+
+
+def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[Any, Any, Any]:
+    """Check what the CUDA kernels need beyond `validate_attention_args`; return q, k, v ready to launch.
+
+    The kernels read 16-byte vectors, so every row (the last dim) must be contiguous and start on a 16-byte
+    boundary: data pointer and every other stride divisible by 16 bytes. Strides of size-1 dims never move a
+    pointer, so misaligned ones there are replaced (a view, no copy).
+    """
+    import torch
+
+    tensors = {"q": q, "k": k, "v": v}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
+        dtype = str(t.dtype).removeprefix("torch.")
+        if dtype not in KERNEL_DTYPES:
+            raise TypeError(f"{name} must have dtype float16 or bfloat16, got {t.dtype}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
+    if args.headdim % 8 != 0 or args.headdim > KERNEL_MAX_HEADDIM:
+        raise ValueError(f"headdim must be a multiple of 8 up to {KERNEL_MAX_HEADDIM}, got {args.headdim}")
+    if args.softcap != 0.0:
+        raise ValueError(f"softcap={args.softcap} is not supported by flashcute's CUDA kernels yet (allowed: 0.0)")
+    return tuple(_aligned_rows(name, t) for name, t in tensors.items())
+
+
+def _aligned_rows(name: str, t: Any) -> Any:
+    if t.stride(-1) != 1:
+        raise ValueError(f"{name} must have a contiguous last dim (stride 1), got strides {tuple(t.stride())}")
+    elems = 16 // t.element_size()
+    if t.data_ptr() % 16 != 0:
+        raise ValueError(f"{name} must start on a 16-byte boundary, got data_ptr() % 16 = {t.data_ptr() % 16}")
+    strides = list(t.stride())
+    for dim, size in enumerate(t.shape[:-1]):
+        if strides[dim] % elems == 0:
+            continue
+        if size != 1:
+            raise ValueError(
+                f"{name}.stride({dim}) must be a multiple of {elems} elements (16-byte aligned rows), "
+                f"got strides {tuple(t.stride())}"
+            )
+        strides[dim] = math.prod(t.shape[dim + 1 :])
+    return t if strides == list(t.stride()) else t.as_strided(t.shape, strides)

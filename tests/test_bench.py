@@ -1,0 +1,281 @@
+"""flashcute.bench on the CPU: FLOP counts, the grid and its flags, the sweep's bookkeeping (timing faked), the
+correctness check, reports, JSON, --compare, plots, and the command without a GPU."""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from flashcute.bench import cli, runner
+from flashcute.bench.backends import Backend, select_backends
+from flashcute.bench.check import Checker, torch_attention
+from flashcute.bench.flops import attention_flops
+from flashcute.bench.grid import FULL, GridSpec, Shape, make_grid
+from flashcute.bench.inputs import make_inputs, rotation_count
+from flashcute.bench.passes import make_step
+from flashcute.bench.plot import write_plots
+from flashcute.bench.report import compare, group_table, render, speedup
+from flashcute.bench.results import Results, Row
+from flashcute.bench.runner import Settings, classify, sweep
+
+SHAPE = Shape(dtype="bf16", headdim=128, causal=False, seqlen=4096, batch=4, nheads=16)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+# ---- FLOPs and the grid ------------------------------------------------------------------------------------------
+
+
+def test_flops_convention():
+    fwd = attention_flops(2, 16, 4096, 4096, 128, causal=False)
+    assert fwd == 4 * 2 * 16 * 4096 * 4096 * 128
+    assert attention_flops(2, 16, 4096, 4096, 128, causal=True) == fwd / 2
+    assert attention_flops(2, 16, 4096, 4096, 128, causal=False, pass_="bwd") == 2.5 * fwd
+    assert attention_flops(2, 16, 4096, 4096, 128, causal=False, pass_="fwd+bwd") == 3.5 * fwd
+    # bottom-right causal with seqlen_q != seqlen_k counts the area under the shifted diagonal
+    assert attention_flops(1, 1, 1, 1000, 1, causal=True) == 4 * 999.5
+    assert attention_flops(1, 1, 1000, 10, 1, causal=True) == 4 * 50
+
+
+def test_default_grid_follows_design():
+    shapes = make_grid(FULL)
+    assert len(shapes) == 2 * 3 * 2 * 5
+    assert all(s.batch * s.seqlen == 16384 and s.nheads * s.headdim == 2048 for s in shapes)
+    firsts = {}
+    for s in shapes:
+        firsts.setdefault(s.group, s)
+    assert len(firsts) == 12 and all(s.seqlen == 1024 for s in firsts.values())
+
+
+def test_flags_narrow_and_override_the_grid():
+    args = parse("--dtype", "fp16", "--headdim", "128", "--causal", "yes", "--seqlen", "4k,2k", "--batch", "3")
+    shapes = make_grid(cli.grid_spec(args))
+    assert [(s.dtype, s.headdim, s.causal, s.seqlen, s.batch, s.nheads) for s in shapes] == [
+        ("fp16", 128, True, 2048, 3, 16),
+        ("fp16", 128, True, 4096, 3, 16),
+    ]
+
+
+def test_quick_grid_and_timing():
+    args = parse("--quick", "--headdim", "256")
+    spec = cli.grid_spec(args)
+    assert spec.dtypes == ("bf16",) and spec.headdims == (256,) and spec.batch == 2
+    assert cli.settings(args) == Settings(warmup_ms=5.0, rep_ms=20.0)
+    assert cli.settings(parse("--pass", "bwd", "--repeats", "50", "--no-check")) == Settings("bwd", 25.0, 50.0, False)
+
+
+@pytest.mark.parametrize("flag", [("--dtype", "fp8"), ("--seqlen", "0"), ("--causal", "maybe"), ("--pass", "x")])
+def test_malformed_flags_are_argparse_errors(flag, capsys):
+    with pytest.raises(SystemExit):
+        parse(*flag)
+    assert flag[1] in capsys.readouterr().err
+
+
+def test_rotation_exceeds_l2():
+    assert rotation_count(set_bytes=256 << 20, l2=50 << 20) == 2
+    assert rotation_count(set_bytes=10 << 20, l2=50 << 20) == 6
+    assert rotation_count(set_bytes=1 << 10, l2=50 << 20) == 32
+
+
+def test_step_cycles_through_input_sets():
+    shape = Shape("fp16", 8, False, 4, 1, 1)
+    sets = [make_inputs(shape, with_grad=False, device="cpu") for _ in range(3)]
+    seen = []
+    step = make_step(lambda q, k, v: seen.append(q) or q, sets, "fwd")
+    for _ in range(7):
+        step()
+    assert [next(i for i, s in enumerate(sets) if s.q is q) for q in seen] == [0, 1, 2, 0, 1, 2, 0]
+
+
+# ---- backends and the sweep (timing faked, CPU tensors) ------------------------------------------------------------
+
+
+def test_unknown_backend_is_reported_not_fatal():
+    backends, skipped = select_backends("sdpa-flash,bogus")
+    assert [b.name for b in backends] == ["sdpa-flash", "bogus"] and skipped == {}
+    assert "unknown backend" in backends[1].supports(SHAPE, "fwd")
+    rows = list(sweep(make_grid(GridSpec(seqlens=(1024, 2048))), backends[1:], Settings()))
+    assert len(rows) == 24 and {(r.status, r.reason.split(";")[0]) for r in rows} == {
+        ("unsupported", "unknown backend")
+    }
+
+
+def test_default_selection_skips_what_is_missing():
+    backends, skipped = select_backends(None)
+    names = [b.name for b in backends]
+    assert {"sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math"} <= set(names)
+    assert set(skipped).isdisjoint(names)
+    if not torch.cuda.is_available():
+        assert "flashcute" in skipped
+
+
+def test_math_sdpa_only_on_small_sizes():
+    math_sdpa = select_backends("sdpa-math")[0][0]
+    assert math_sdpa.supports(Shape("bf16", 128, False, 1024, 16, 16), "fwd") is None
+    assert "GiB" in math_sdpa.supports(Shape("bf16", 128, False, 16384, 1, 16), "fwd")
+
+
+def _attention_backend(name: str, scale: float = 1.0, detach: bool = False) -> Backend:
+    def build(shape: Shape):
+        def attention(q, k, v):
+            if detach:
+                q, k, v = q.detach(), k.detach(), v.detach()
+            return torch_attention(q, k, v, shape.causal) * scale
+
+        return attention
+
+    return Backend(name, build)
+
+
+def _failing_backend(name: str, exc: Exception) -> Backend:
+    def build(shape: Shape):
+        raise exc
+
+    return Backend(name, build)
+
+
+@pytest.fixture
+def cpu_sweep(monkeypatch):
+    """The sweep with CPU inputs and fake clocks: every timed row takes 1 ms."""
+    monkeypatch.setattr(runner, "make_rotation", lambda shape, with_grad: [make_inputs(shape, with_grad, "cpu")])
+    monkeypatch.setattr(runner, "wall_ms", lambda call: (5.0, call()))
+
+    def one_ms(step, warmup_ms, rep_ms):
+        step()
+        return 1.0
+
+    monkeypatch.setattr(runner, "gpu_time_ms", one_ms)
+    shapes = make_grid(
+        GridSpec(dtypes=("bf16",), headdims=(32,), causals=(True,), seqlens=(64, 128), batch=2, nheads=3)
+    )
+    return lambda backends, pass_: {(r.backend, r.shape.seqlen): r for r in sweep(shapes, backends, Settings(pass_))}
+
+
+def test_sweep_checks_once_per_group_and_records_failures(cpu_sweep):
+    backends = [
+        _attention_backend("flashcute-good"),
+        _attention_backend("flashcute-bad", scale=1.1),
+        _failing_backend("refuses", ValueError("headdim 32 not supported")),
+        _failing_backend("crashes", RuntimeError("boom")),
+    ]
+    rows = cpu_sweep(backends, "fwd")
+    good, bad = rows[("flashcute-good", 64)], rows[("flashcute-bad", 64)]
+    assert good.status == "ok" and good.ms == 1.0 and good.first_call_ms == 5.0
+    assert good.errors["out"]["max_abs"] <= good.errors["out"]["max_abs_budget"]
+    assert rows[("flashcute-good", 128)].errors is None  # checked on the group's first shape only
+    assert bad.status == "wrong" and "out max_abs" in bad.reason and bad.ms == 1.0
+    assert rows[("flashcute-bad", 128)].status == "wrong"  # the verdict holds for the group
+    assert rows[("refuses", 64)].status == "unsupported" and "headdim 32" in rows[("refuses", 64)].reason
+    assert rows[("crashes", 128)].status == "failed" and rows[("crashes", 128)].reason == "RuntimeError: boom"
+
+
+def test_sweep_backward_checks_gradients_and_reports_no_backward(cpu_sweep):
+    rows = cpu_sweep([_attention_backend("flashcute-good"), _attention_backend("fwd-only", detach=True)], "fwd+bwd")
+    good = rows[("flashcute-good", 64)]
+    assert good.status == "ok" and set(good.errors) == {"out", "dq", "dk", "dv"}
+    assert rows[("fwd-only", 64)].status == "unsupported" and rows[("fwd-only", 64)].reason.startswith("no backward")
+
+
+def test_check_fails_nan():
+    shape = Shape("fp16", 16, False, 32, 1, 2)
+    inputs = make_inputs(shape, with_grad=False, device="cpu")
+    out = torch_attention(inputs.q, inputs.k, inputs.v, causal=False)
+    checker = Checker()
+    checker.check("b", shape, inputs, {"out": out.index_fill(1, torch.tensor([3]), float("nan"))})
+    assert "out max_abs nan" in checker.wrong("b", shape)
+
+
+def test_classify_reads_sdpa_refusals():
+    refused = RuntimeError("No available kernel. Aborting execution.")
+    assert classify(refused, ["Flash attention requires head_dim <= 256\nmore", "x"]) == (
+        "unsupported",
+        "RuntimeError: No available kernel. Aborting execution. (Flash attention requires head_dim <= 256; x)",
+    )
+    assert classify(NotImplementedError("no sm90"), []) == ("unsupported", "NotImplementedError: no sm90")
+    status, reason = classify(MemoryError("x" * 1000), [])
+    assert status == "failed" and len(reason) == 400
+
+
+# ---- reports, JSON, --compare, plots -------------------------------------------------------------------------------
+
+
+def synthetic(ms_scale: float = 1.0) -> Results:
+    def row(backend, seqlen, status="ok", ms=None, reason=""):
+        shape = Shape("bf16", 128, True, seqlen, 16384 // seqlen, 16)
+        return Row(backend, shape, "fwd", status, reason, ms and ms * ms_scale, 1000.0 if ms else None)
+
+    rows = [
+        *(row("flashcute-sm80", seqlen, ms=1.0) for seqlen in (1024, 2048)),
+        *(row("fa4", seqlen, ms=0.5) for seqlen in (1024, 2048)),
+        row("sdpa-flash", 1024, ms=2.0),
+        row("sdpa-flash", 2048, ms=4.0),
+        *(row("sdpa-cudnn", seqlen, "wrong", 0.25, "wrong (checked at L=1024): out") for seqlen in (1024, 2048)),
+        *(row("flex", seqlen, "unsupported", reason="triton is not installed") for seqlen in (1024, 2048)),
+    ]
+    meta = {"pass": "fwd", "gpu": {"name": "Test GPU"}, "date": "2026-01-01", "versions": {"torch": "2.11"}}
+    return Results(meta, rows, {"flashcute-sm80": 12.5, "fa4": 30.0, "flex": "triton is not installed"})
+
+
+def test_tflops_and_ratios():
+    results = synthetic()
+    flashcute, fa4, cudnn = results.rows[0], results.rows[2], results.rows[6]
+    assert flashcute.tflops == pytest.approx(4 * 16 * 16 * 1024 * 1024 * 128 / 2 / 1e-3 / 1e12)
+    assert speedup(flashcute, fa4) == pytest.approx(0.5)
+    assert speedup(flashcute, cudnn) is None  # a wrong backend is left out of the ratios
+    table = group_table(
+        results.rows,
+        ["flashcute-sm80", "fa4", "sdpa-flash", "sdpa-cudnn", "flex"],
+        ["flashcute-sm80", "fa4", "sdpa-flash"],
+    )
+    lines = table.splitlines()
+    assert "sm80/fa4" in lines[0] and "sm80/sdpa-flash" in lines[0] and "sm80/sdpa-cudnn" not in lines[0]
+    cells = [cell.strip() for cell in lines[2].strip("|").split("|")]
+    assert cells[3:] == ["68.7", "137.4", "34.4", "274.9 ✗", "n/a", "0.50", "2.00"]
+    assert [cell.strip() for cell in lines[-1].strip("|").split("|")][-2:] == ["0.50", "2.83"]  # geomean of 2 and 4
+
+
+def test_render_has_notes_and_per_backend_costs():
+    text = render(synthetic())
+    assert "# flashcute bench: fwd on Test GPU" in text and "## bf16 · D=128 · causal" in text
+    assert "- flex unsupported (L=1k, 2k): triton is not installed" in text
+    assert "- sdpa-cudnn wrong (L=1k, 2k): wrong (checked at L=1024): out" in text
+    assert "| flashcute-sm80 | 12.5" in text and "| 1000" in text
+
+
+def test_json_round_trip_and_compare(tmp_path):
+    old = synthetic()
+    old.save(tmp_path / "results.json")
+    loaded = Results.load(tmp_path / "results.json")
+    assert loaded == old
+    text = compare(loaded, synthetic(ms_scale=0.5))
+    assert "(8 rows in both runs)" in text  # timed rows: ok and wrong ones
+    assert "| flashcute-sm80 | bf16 · D=128 · causal · L=1k B=16 H=16 | 68.7" in text
+    assert text.count("+100.0%") == 8 + 4  # every row, then the geometric mean of each backend
+
+
+def test_plots_are_written(tmp_path):
+    paths = write_plots(synthetic(), tmp_path)
+    assert [p.name for p in paths] == ["fwd_bf16_d128_causal.png"]
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- the command without a GPU ---------------------------------------------------------------------------------------
+
+
+def test_cli_without_gpu_exits_with_a_clear_message(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["--quick", "--backends", "bogus"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_python_m_flashcute_bench_without_gpu():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-m", "flashcute.bench", "--quick"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and "no CUDA GPU" in done.stderr

@@ -1,0 +1,138 @@
+"""validate_attention_args: resolved values, and errors that name the argument, the value and what is allowed."""
+
+import math
+import re
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+from flashcute.validation import AttentionArgs, validate_attention_args, validate_tile_sizes
+
+
+def shaped(*shape: int) -> np.ndarray:
+    return np.zeros(shape)
+
+
+Q, KV = shaped(2, 3, 4, 8), shaped(2, 5, 2, 8)
+
+
+def test_resolves_sizes_and_defaults():
+    args = validate_attention_args(Q, KV, KV)
+    assert args == AttentionArgs(
+        batch=2,
+        seqlen_q=3,
+        seqlen_k=5,
+        nheads=4,
+        nheads_k=2,
+        headdim=8,
+        softmax_scale=1 / math.sqrt(8),
+        causal=False,
+        causal_align="bottom_right",
+        window_left=-1,
+        window_right=-1,
+        softcap=0.0,
+    )
+    assert not args.has_mask and args.diagonal_offset == 2 and args.qheads_per_kvhead == 2
+
+
+def test_causal_is_window_right_zero_and_keeps_window_left():
+    args = validate_attention_args(Q, KV, KV, causal=True, window_size=(3, 7))
+    assert (args.window_left, args.window_right, args.causal, args.has_mask) == (3, 0, True, True)
+
+
+def test_top_left_alignment_has_no_offset():
+    assert validate_attention_args(Q, KV, KV, causal_align="top_left").diagonal_offset == 0
+
+
+def test_accepts_torch_numpy_fractions_and_numpy_scalars():
+    fractions = np.full((1, 2, 1, 2), Fraction(1, 3), dtype=object)
+    assert validate_attention_args(fractions, fractions, fractions).headdim == 2
+    tensor = torch.zeros(1, 2, 1, 2, dtype=torch.bfloat16)
+    args = validate_attention_args(tensor, tensor, tensor, softmax_scale=np.float32(0.5), window_size=(np.int64(1), -1))
+    assert args.softmax_scale == 0.5 and args.window_left == 1 and type(args.window_left) is int
+
+
+SHAPE_ERRORS = [
+    ((Q.tolist(), KV, KV), TypeError, "q must be a tensor or array (batch, seqlen_q, nheads, headdim), got list"),
+    (
+        (shaped(2, 3, 8), KV, KV),
+        ValueError,
+        "q must have 4 dimensions (batch, seqlen_q, nheads, headdim), got shape (2, 3, 8)",
+    ),
+    (
+        (Q, shaped(2, 5, 2, 8, 1), KV),
+        ValueError,
+        "k must have 4 dimensions (batch, seqlen_k, nheads_k, headdim), got shape (2, 5, 2, 8, 1)",
+    ),
+    ((shaped(0, 3, 4, 8), KV, KV), ValueError, "q.shape[0] (batch) must be >= 1 (empty inputs are rejected), got 0"),
+    ((shaped(2, 0, 4, 8), KV, KV), ValueError, "q.shape[1] (seqlen_q) must be >= 1"),
+    (
+        (Q, shaped(2, 0, 2, 8), shaped(2, 0, 2, 8)),
+        ValueError,
+        "k.shape[1] (seqlen_k) must be >= 1 (empty inputs are rejected), got 0",
+    ),
+    ((shaped(2, 3, 4, 0), KV, KV), ValueError, "q.shape[3] (headdim) must be >= 1"),
+    ((Q, KV, shaped(2, 6, 2, 8)), ValueError, "v must have the same shape as k, (2, 5, 2, 8), got shape (2, 6, 2, 8)"),
+    ((Q, shaped(3, 5, 2, 8), shaped(3, 5, 2, 8)), ValueError, "k batch size (k.shape[0]) must equal q's (2), got 3"),
+    ((Q, shaped(2, 5, 2, 4), shaped(2, 5, 2, 4)), ValueError, "k headdim (k.shape[3]) must equal q's (8), got 4"),
+    (
+        (Q, shaped(2, 5, 3, 8), shaped(2, 5, 3, 8)),
+        ValueError,
+        "k nheads_k (k.shape[2]) must divide q's nheads (4) for grouped-query attention, got 3",
+    ),
+]
+
+
+@pytest.mark.parametrize(("tensors", "error", "message"), SHAPE_ERRORS)
+def test_shape_errors(tensors, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        validate_attention_args(*tensors)
+
+
+OPTION_ERRORS = [
+    ("softmax_scale", 0.0, ValueError, "None (meaning 1/sqrt(headdim)) or a finite number > 0, got 0.0"),
+    ("softmax_scale", -1.5, ValueError, "got -1.5"),
+    ("softmax_scale", math.nan, ValueError, "got nan"),
+    ("softmax_scale", math.inf, ValueError, "got inf"),
+    ("softmax_scale", "0.5", TypeError, "got '0.5' (str)"),
+    ("softmax_scale", True, TypeError, "got True (bool)"),
+    ("causal", 1, TypeError, "must be a bool (True or False), got 1 (int)"),
+    ("causal", None, TypeError, "got None (NoneType)"),
+    ("causal_align", "bottom", ValueError, "must be one of ('bottom_right', 'top_left'), got 'bottom'"),
+    (
+        "window_size",
+        (-2, 0),
+        ValueError,
+        "a pair (window_left, window_right) of ints >= -1 (-1 = unbounded), got (-2, 0)",
+    ),
+    ("window_size", (3,), TypeError, "got (3,)"),
+    ("window_size", 3, TypeError, "got 3"),
+    ("window_size", (1.0, 2), TypeError, "got (1.0, 2)"),
+    ("window_size", (True, 0), TypeError, "got (True, 0)"),
+    ("softcap", -1.0, ValueError, "must be a finite number >= 0 (0 = no softcap), got -1.0"),
+    ("softcap", math.inf, ValueError, "got inf"),
+    ("softcap", None, TypeError, "got None (NoneType)"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "error", "message"), OPTION_ERRORS)
+def test_option_errors(name, value, error, message):
+    with pytest.raises(error, match=re.escape(message)) as info:
+        validate_attention_args(Q, KV, KV, **{name: value})
+    assert str(info.value).startswith(f"{name} must be")
+
+
+@pytest.mark.parametrize(
+    ("block_m", "block_n", "error", "message"),
+    [
+        (0, 64, ValueError, "block_m must be an int >= 1, got 0"),
+        (64, -3, ValueError, "block_n must be an int >= 1, got -3"),
+        (64.0, 64, TypeError, "block_m must be an int >= 1, got 64.0 (float)"),
+        (64, None, TypeError, "block_n must be an int >= 1, got None (NoneType)"),
+    ],
+)
+def test_tile_size_errors(block_m, block_n, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        validate_tile_sizes(block_m, block_n)
