@@ -30,6 +30,7 @@ class FwdConfig:
     exact_head_dim:   True when head_dim == head_dim_padded, so no head-dim predicates are needed
     block_m, block_n: rows of Q per thread block, rows of K/V per main-loop step
     num_warps:        warps per thread block, stacked along M (each warp owns block_m / num_warps rows)
+    num_stages:       shared-memory buffers for K and for V: 1 as in the seed, 2 to load one tile further ahead
     mask_right:       keys right of the diagonal are masked (causal, or a window with window_right >= 0)
     mask_left:        keys further left than window_left are masked (sliding window)
     """
@@ -40,6 +41,7 @@ class FwdConfig:
     block_m: int
     block_n: int
     num_warps: int
+    num_stages: int
     mask_right: bool
     mask_left: bool
 
@@ -48,22 +50,22 @@ class FwdConfig:
         return self.num_warps * 32
 
     def smem_bytes(self) -> int:
-        """Shared memory of one thread block: Q tile + one K tile + one V tile, 2 bytes an element."""
-        return 2 * self.head_dim_padded * (self.block_m + 2 * self.block_n)
+        """Shared memory of one thread block: a Q tile + num_stages K and V tiles, 2 bytes an element."""
+        return 2 * self.head_dim_padded * (self.block_m + 2 * self.num_stages * self.block_n)
 
 
-# Tile choices per head-dim bucket: (block_m, block_n, num_warps).
+# Tile choices per head-dim bucket: (block_m, block_n, num_warps, num_stages).
 # Measured on one H200 (bf16, seqlen 4k-16k, B*L = 16k tokens, 2048/D heads) with scripts/gpu_suite.sh's tuning
 # sweep; the table in bench/results/ names the commit. Before that measurement existed the choices followed the
 # register budget: acc_O holds block_m*D/threads fp32 values a thread and acc_S block_m*block_n/threads, and
 # both must stay well under 255 registers with the Q/K/V fragments beside them.
-_SM80_TILES: dict[int, tuple[int, int, int]] = {
-    32: (128, 128, 4),
-    64: (128, 128, 4),
-    96: (128, 64, 4),
-    128: (128, 64, 4),
-    192: (128, 64, 8),
-    256: (128, 64, 8),
+_SM80_TILES: dict[int, tuple[int, int, int, int]] = {
+    32: (128, 128, 4, 1),
+    64: (128, 64, 4, 1),
+    96: (128, 64, 4, 1),
+    128: (128, 64, 4, 1),
+    192: (128, 64, 8, 1),
+    256: (128, 64, 8, 1),
 }
 
 
@@ -73,15 +75,15 @@ def fwd_config(
     causal: bool = False,
     window_left: int = -1,
     window_right: int = -1,
-    tiles: tuple[int, int, int] | None = None,
+    tiles: tuple[int, int, int, int] | None = None,
 ) -> FwdConfig:
     """The heuristic: pick the sm80 forward configuration for a problem.
 
-    causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps) choice;
+    causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps, num_stages) choice;
     the tuning sweep uses it.
     """
     bucket = head_dim_bucket(head_dim)
-    block_m, block_n, num_warps = tiles if tiles is not None else _SM80_TILES[bucket]
+    block_m, block_n, num_warps, num_stages = tiles if tiles is not None else _SM80_TILES[bucket]
     return FwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,
@@ -89,6 +91,7 @@ def fwd_config(
         block_m=block_m,
         block_n=block_n,
         num_warps=num_warps,
+        num_stages=num_stages,
         mask_right=causal or window_right >= 0,
         mask_left=window_left >= 0,
     )

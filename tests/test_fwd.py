@@ -166,3 +166,24 @@ def test_bad_inputs_raise_before_launch(bad, message):
     q, k, v = bad(*(randn(1, 16, 2, 64) for _ in "qkv"))
     with pytest.raises((TypeError, ValueError), match=message):
         flashcute.flash_attn_func(q, k, v)
+
+
+@pytest.mark.parametrize("tiles", [(128, 64, 4, 2), (64, 64, 4, 1), (128, 32, 8, 2), (128, 128, 8, 1)], ids=str)
+@pytest.mark.parametrize("mask", MASKS[:4], ids=str)
+def test_other_tile_configs(tiles, mask):
+    """Tile shapes and stage counts besides the heuristic's pick, on lengths that leave partial tiles."""
+    from flashcute import compile_cache
+    from flashcute.config import fwd_config
+    from flashcute.interface import device_arch
+    from flashcute.kernels.build import compile_fwd
+
+    q = randn(2, 333, 4, 96)
+    k, v = (randn(2, 517, 2, 96) for _ in "kv")
+    args = validate_attention_args(q, k, v, **mask)
+    config = fwd_config(96, "bfloat16", window_left=args.window_left, window_right=args.window_right, tiles=tiles)
+    arch = device_arch(q.device)
+    kernel = compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
+    out = torch.full_like(q, math.nan)
+    lse = torch.full((2, 4, 333), math.nan, device="cuda")
+    kernel(q, k, v, out, lse, args.softmax_scale, args.diagonal_offset, args.window_left, args.window_right)
+    check_against_spec(out, lse, q, k, v, **mask)

@@ -39,7 +39,7 @@ def compile_fwd(config: FwdConfig, arch: str, dump_dir: Path | None = None):
 
     from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES, FlashAttentionForwardSm80
 
-    reason = FlashAttentionForwardSm80.can_implement(config)
+    reason = FlashAttentionForwardSm80.can_implement(config, arch)
     if reason is not None:
         raise ValueError(f"cannot build the sm80 forward kernel for {config}: {reason}")
     dtype = CUTLASS_DTYPES[config.dtype]

@@ -5,11 +5,13 @@ keeping the softmax state (m, l) and the unnormalised output U in registers. The
 steps of the seed; each step lives in a module of flashcute/kernels/common and has a same-named counterpart in
 flashcute/reference/tiled.py.
 
-Load/compute overlap (one shared-memory stage each for K and V, as in the seed):
+Load/compute overlap with one shared-memory stage each for K and V, as in the seed (num_stages = 1):
     wait K[n]  -> issue V[n]   -> S = Q K[n]^T      (V[n] lands while the tensor cores work on S)
     wait V[n]  -> issue K[n-1] -> softmax, O += P V[n]  (K[n-1] lands during softmax and P V)
 The two barriers also make the single buffers safe: K[n-1] overwrites sK only after every warp has finished
-reading K[n], and V[n+1] overwrites sV only after every warp has finished P V[n].
+reading K[n], and V[n+1] overwrites sV only after every warp has finished P V[n]. With num_stages = 2 every
+load is issued one tile earlier (V[n-1] at the first wait, K[n-2] at the second) into the other buffer: tile n
+always lives in stage n % 2, so no stage counter has to be carried through the loops.
 """
 
 import math
@@ -32,7 +34,9 @@ from flashcute.kernels.common.softmax import OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 
 CUTLASS_DTYPES = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
-SM80_SMEM_BYTES = 163 * 1024  # the smallest opt-in shared memory of the sm_8x/sm_90 parts this kernel targets
+# Opt-in shared memory per thread block by target; sm_86 and sm_89 parts have the least.
+MAX_SMEM_BYTES = {"sm_80": 163 * 1024, "sm_87": 163 * 1024, "sm_90a": 227 * 1024}
+DEFAULT_MAX_SMEM_BYTES = 99 * 1024
 LOG2_E = math.log2(math.e)
 
 
@@ -46,23 +50,27 @@ class FlashAttentionForwardSm80:
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
         self.num_threads = config.num_threads
+        self.num_stages = config.num_stages
 
     @staticmethod
-    def can_implement(config: FwdConfig) -> str | None:
-        """None if the kernel can be built for ``config``, else the reason it cannot."""
+    def can_implement(config: FwdConfig, arch: str) -> str | None:
+        """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
         if config.dtype not in DTYPES:
             return f"dtype {config.dtype!r} is not one of {DTYPES}"
         if config.head_dim_padded not in HEAD_DIM_BUCKETS:
             return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
         if config.block_m % (16 * config.num_warps) != 0:
             return f"block_m={config.block_m} is not a multiple of 16 * num_warps = {16 * config.num_warps}"
+        if config.num_stages not in (1, 2):
+            return f"num_stages={config.num_stages} is not 1 or 2"
         if config.block_n % 16 != 0:
             return f"block_n={config.block_n} is not a multiple of 16"
         rows_per_copy = config.num_threads // (64 // 8 if config.head_dim_padded % 64 == 0 else 32 // 8)
         if config.block_m % rows_per_copy != 0 or config.block_n % rows_per_copy != 0:
             return f"block_m and block_n must be multiples of {rows_per_copy} rows (one pass of the tiled copy)"
-        if config.smem_bytes() > SM80_SMEM_BYTES:
-            return f"needs {config.smem_bytes()} bytes of shared memory, over {SM80_SMEM_BYTES}"
+        smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
+        if config.smem_bytes() > smem_limit:
+            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {smem_limit}"
         return None
 
     # ---------------------------------------------------------------- host side: layouts, copies, MMA, launch
@@ -82,7 +90,7 @@ class FlashAttentionForwardSm80:
     ):
         smem_atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
         sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, self.head_dim_padded), (0, 1))
-        sKV_layout = cute.tile_to_shape(smem_atom, (self.block_n, self.head_dim_padded), (0, 1))
+        sKV_layout = cute.tile_to_shape(smem_atom, (self.block_n, self.head_dim_padded, self.num_stages), (0, 1, 2))
 
         @cute.struct
         class SharedStorage:
@@ -184,7 +192,13 @@ class FlashAttentionForwardSm80:
         sK = storage.sK.get_tensor(sKV_layout)
         sV = storage.sV.get_tensor(sKV_layout)
         # V^T as a (D, block_n) view of the same bytes: ldmatrix.trans reads it, nothing is copied.
-        sVt = cute.composition(sV, cute.make_layout((self.head_dim_padded, self.block_n), stride=(self.block_n, 1)))
+        sVt = cute.composition(
+            sV,
+            cute.make_layout(
+                (self.head_dim_padded, self.block_n, self.num_stages),
+                stride=(self.block_n, 1, self.block_n * self.head_dim_padded),
+            ),
+        )
 
         # ---- step 2: per-thread gmem -> smem partitions and their predicates
         gmem_thr_copy = gmem_tiled_copy_QKV.get_slice(tidx)
@@ -216,8 +230,8 @@ class FlashAttentionForwardSm80:
         # ---- steps 3 and 6: MMA partitions; Q, K and V^T reach the tensor cores through ldmatrix
         thr_mma = tiled_mma.get_slice(tidx)
         tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
-        tOrVt = thr_mma.make_fragment_B(thr_mma.partition_B(sVt))
+        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK[None, None, 0]))
+        tOrVt = thr_mma.make_fragment_B(thr_mma.partition_B(sVt[None, None, 0]))
         acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C(tile_q), Float32)
         acc_O.fill(0.0)
         ldmatrix = warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4)
@@ -248,6 +262,13 @@ class FlashAttentionForwardSm80:
         if n_block_max > n_block_min:
             self.load_kv_tile(kv, tKgK, tKsK, n_block_max - 1, True, False)
         cute.arch.cp_async_commit_group()
+        if cutlass.const_expr(self.num_stages == 2):
+            if n_block_max > n_block_min:
+                self.load_kv_tile(kv, tVgV, tVsV, n_block_max - 1, True, True)
+            cute.arch.cp_async_commit_group()
+            if n_block_max - 1 > n_block_min:
+                self.load_kv_tile(kv, tKgK, tKsK, n_block_max - 2, False, False)
+            cute.arch.cp_async_commit_group()
 
         compute_one_n_block = partial(
             self.compute_one_n_block,
@@ -305,11 +326,11 @@ class FlashAttentionForwardSm80:
         is_last_tile: cutlass.Constexpr[bool],
         zero_fill_rows: cutlass.Constexpr[bool],
     ):
-        """Step 2 for K or V: only the last tile can be partial; the others load whole rows."""
+        """Step 2 for K or V into stage n_block % num_stages: only the last tile can be partial."""
         gcopy.copy_rows(
             kv.tiled_copy,
             tXgX[None, None, None, n_block],
-            tXsX,
+            tXsX[None, None, None, self.stage(n_block)],
             kv.tKVcKV,
             kv.t0KVcKV,
             kv.tKVpKV,
@@ -336,16 +357,22 @@ class FlashAttentionForwardSm80:
         """One K/V tile: steps 3 to 6, with the next K tile's load overlapping softmax and P V."""
         acc_S = cute.make_rmem_tensor(mma.thr_mma.partition_shape_C((self.block_m, self.block_n)), Float32)
         acc_S.fill(0.0)
-        cute.arch.cp_async_wait_group(0)  # K[n] (and, the first time, Q) has landed ...
-        cute.arch.sync_threads()  # ... for every thread, and every warp is done with V[n+1]
-        self.load_kv_tile(kv, kv.tVgV, kv.tVsV, n_block, is_last_tile, True)
+        stage = self.stage(n_block)
+        # The groups in flight, oldest first, are (K[n], V[n], K[n-1]) with two stages, (K[n]) with one.
+        cute.arch.cp_async_wait_group(2 * self.num_stages - 2)  # K[n] (and, the first time, Q) has landed ...
+        cute.arch.sync_threads()  # ... for every thread, and every warp is done with the stage V[n+1] used
+        if cutlass.const_expr(self.num_stages == 1):
+            self.load_kv_tile(kv, kv.tVgV, kv.tVsV, n_block, is_last_tile, True)
+        elif n_block > n_block_min:
+            self.load_kv_tile(kv, kv.tVgV, kv.tVsV, n_block - 1, False, True)
         cute.arch.cp_async_commit_group()
         # step 3: S = Q K^T
-        gemm_ss(mma.tiled_mma, acc_S, mma.tSrQ, mma.tSrK, mma.tSsQ, mma.tSsK, mma.smem_thr_copy_Q, mma.smem_thr_copy_K)
-        cute.arch.cp_async_wait_group(0)  # V[n] has landed ...
+        tSsK = mma.tSsK[None, None, None, stage]
+        gemm_ss(mma.tiled_mma, acc_S, mma.tSrQ, mma.tSrK, mma.tSsQ, tSsK, mma.smem_thr_copy_Q, mma.smem_thr_copy_K)
+        cute.arch.cp_async_wait_group(2 * self.num_stages - 2)  # V[n] has landed ...
         cute.arch.sync_threads()  # ... and every warp is done reading K[n]
-        if n_block > n_block_min:
-            self.load_kv_tile(kv, kv.tKgK, kv.tKsK, n_block - 1, False, False)
+        if n_block - self.num_stages >= n_block_min:
+            self.load_kv_tile(kv, kv.tKgK, kv.tKsK, n_block - self.num_stages, False, False)
         cute.arch.cp_async_commit_group()
         # step 4: mask (only on the tiles that cross a boundary)
         if cutlass.const_expr(is_last_tile or mask_rows):
@@ -356,4 +383,9 @@ class FlashAttentionForwardSm80:
         # step 6: O += P V, P converted to 16 bits in the registers that held S
         rP = cute.make_fragment_like(acc_S, self.dtype)
         rP.store(acc_S.load().to(self.dtype))
-        gemm_rs(mma.tiled_mma, acc_O, acc_as_operand_a(rP), mma.tOrVt, mma.tOsVt, mma.smem_thr_copy_V)
+        tOsVt = mma.tOsVt[None, None, None, stage]
+        gemm_rs(mma.tiled_mma, acc_O, acc_as_operand_a(rP), mma.tOrVt, tOsVt, mma.smem_thr_copy_V)
+
+    def stage(self, n_block: Int32):
+        """The shared-memory stage that holds K/V tile n_block."""
+        return n_block % self.num_stages if cutlass.const_expr(self.num_stages > 1) else 0
