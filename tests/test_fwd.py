@@ -168,7 +168,7 @@ def test_bad_inputs_raise_before_launch(bad, message):
         flashcute.flash_attn_func(q, k, v)
 
 
-@pytest.mark.parametrize("tiles", [(128, 64, 4, 2), (64, 64, 4, 1), (128, 32, 8, 2), (128, 128, 8, 1)], ids=str)
+@pytest.mark.parametrize("tiles", [(128, 64, 4, 2), (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1)], ids=str)
 @pytest.mark.parametrize("mask", MASKS[:4], ids=str)
 def test_other_tile_configs(tiles, mask):
     """Tile shapes and stage counts besides the heuristic's pick, on lengths that leave partial tiles."""

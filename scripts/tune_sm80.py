@@ -1,0 +1,87 @@
+"""Tile sweep for the sm80 forward kernel: TFLOP/s of each (block_m, block_n, num_warps, num_stages) candidate.
+
+    python scripts/tune_sm80.py [--headdim 64,128,256] [--seqlen 4096,16384] [--dtype bfloat16]
+
+For each head dim, causal or not, and seqlen (B = 16384 / L, H = 2048 / D, as in the benchmark grid) it times
+PyTorch SDPA's flash backend and every candidate (CUDA events, median), checks each candidate's output on a
+slice against the float64 spec, and prints one JSON line per point. config.py's tile table cites its results.
+"""
+
+import argparse
+import json
+import math
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from flashcute import compile_cache
+from flashcute.config import fwd_config
+from flashcute.interface import device_arch
+from flashcute.kernels.build import compile_fwd
+from flashcute.kernels.variants import _compile_one
+from flashcute.reference import attention_ref
+
+CANDIDATES = {
+    32: [(128, 128, 4, 1), (128, 64, 4, 1), (128, 128, 4, 2)],
+    64: [(128, 64, 4, 1), (128, 64, 4, 2), (128, 128, 4, 1), (128, 128, 4, 2), (128, 128, 8, 1)],
+    96: [(128, 64, 4, 1), (128, 64, 4, 2), (128, 32, 4, 1)],
+    128: [(128, 64, 4, 1), (128, 64, 4, 2), (128, 32, 4, 1), (128, 64, 8, 1), (64, 64, 4, 1), (128, 128, 8, 1)],
+    192: [(128, 64, 8, 1), (64, 64, 4, 1), (64, 64, 4, 2)],
+    256: [(128, 64, 8, 1), (64, 64, 4, 1), (64, 64, 4, 2), (64, 32, 4, 1)],
+}
+
+
+def tflops(ms: float, batch: int, heads: int, seqlen: int, head_dim: int, causal: bool) -> float:
+    return 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1) / ms / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--headdim", default="64,128,256")
+    parser.add_argument("--seqlen", default="4096,16384")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    args = parser.parse_args()
+    head_dims = [int(d) for d in args.headdim.split(",")]
+    seqlens = [int(s) for s in args.seqlen.split(",")]
+    arch = device_arch(torch.device("cuda"))
+    configs = [
+        fwd_config(d, args.dtype, causal=causal, tiles=tiles)
+        for d in head_dims
+        for tiles in CANDIDATES[d]
+        for causal in (False, True)
+    ]
+    with ProcessPoolExecutor() as pool:  # fill the disk cache in parallel; the loop below then only loads
+        list(pool.map(_compile_one, configs, [arch] * len(configs)))
+    dtype = getattr(torch, args.dtype)
+    for d in head_dims:
+        for causal in (False, True):
+            for seqlen in seqlens:
+                batch, heads = 16384 // seqlen, 2048 // d
+                q, k, v = (torch.randn(batch, seqlen, heads, d, device="cuda", dtype=dtype) for _ in "qkv")
+                qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    ms = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+                row = {
+                    "headdim": d,
+                    "causal": causal,
+                    "seqlen": seqlen,
+                    "sdpa_flash": tflops(ms, batch, heads, seqlen, d, causal),
+                }
+                for tiles in CANDIDATES[d]:
+                    config = fwd_config(d, args.dtype, causal=causal, tiles=tiles)
+                    kernel = compile_cache.get_compiled(arch, config, lambda c=config: compile_fwd(c, arch))
+                    out, lse = torch.empty_like(q), torch.empty(batch, heads, seqlen, device="cuda")
+                    run = lambda: kernel(q, k, v, out, lse, 1 / math.sqrt(d), 0, -1, 0 if causal else -1)  # noqa: E731
+                    run()
+                    ref = attention_ref(q[:1, -256:, :2], k[:1, :, :2], v[:1, :, :2], causal=causal)
+                    error = (out[:1, -256:, :2].double() - ref).abs().max().item()
+                    ms = triton.testing.do_bench(run)
+                    row[str(tiles)] = [round(tflops(ms, batch, heads, seqlen, d, causal), 1), error]
+                print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
