@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -59,28 +60,27 @@ def main() -> None:
     for d in head_dims:
         for causal in (False, True):
             for seqlen in seqlens:
-                batch, heads = 16384 // seqlen, 2048 // d
-                q, k, v = (torch.randn(batch, seqlen, heads, d, device="cuda", dtype=dtype) for _ in "qkv")
-                qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    ms = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
-                row = {
-                    "headdim": d,
-                    "causal": causal,
-                    "seqlen": seqlen,
-                    "sdpa_flash": tflops(ms, batch, heads, seqlen, d, causal),
-                }
-                for tiles in CANDIDATES[d]:
-                    config = fwd_config(d, args.dtype, causal=causal, tiles=tiles)
-                    kernel = compile_cache.get_compiled(arch, config, lambda c=config: compile_fwd(c, arch))
-                    out, lse = torch.empty_like(q), torch.empty(batch, heads, seqlen, device="cuda")
-                    run = lambda: kernel(q, k, v, out, lse, 1 / math.sqrt(d), 0, -1, 0 if causal else -1)  # noqa: E731
-                    run()
-                    ref = attention_ref(q[:1, -256:, :2], k[:1, :, :2], v[:1, :, :2], causal=causal)
-                    error = (out[:1, -256:, :2].double() - ref).abs().max().item()
-                    ms = triton.testing.do_bench(run)
-                    row[str(tiles)] = [round(tflops(ms, batch, heads, seqlen, d, causal), 1), error]
-                print(json.dumps(row), flush=True)
+                print(json.dumps(sweep_point(arch, dtype, d, causal, seqlen)), flush=True)
+
+
+def sweep_point(arch: str, dtype: torch.dtype, d: int, causal: bool, seqlen: int) -> dict:
+    batch, heads = 16384 // seqlen, 2048 // d
+    q, k, v = (torch.randn(batch, seqlen, heads, d, device="cuda", dtype=dtype) for _ in "qkv")
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        ms = triton.testing.do_bench(partial(F.scaled_dot_product_attention, qt, kt, vt, is_causal=causal))
+    row = {"headdim": d, "causal": causal, "seqlen": seqlen, "sdpa_flash": tflops(ms, batch, heads, seqlen, d, causal)}
+    dtype_name = str(dtype).removeprefix("torch.")
+    for tiles in CANDIDATES[d]:
+        config = fwd_config(d, dtype_name, causal=causal, tiles=tiles)
+        kernel = compile_cache.get_compiled(arch, config, partial(compile_fwd, config, arch))
+        out, lse = torch.empty_like(q), torch.empty(batch, heads, seqlen, device="cuda")
+        run = partial(kernel, q, k, v, out, lse, 1 / math.sqrt(d), 0, -1, 0 if causal else -1)
+        run()
+        ref = attention_ref(q[:1, -256:, :2], k[:1, :, :2], v[:1, :, :2], causal=causal)
+        error = (out[:1, -256:, :2].double() - ref).abs().max().item()
+        row[str(tiles)] = [round(tflops(triton.testing.do_bench(run), batch, heads, seqlen, d, causal), 1), error]
+    return row
 
 
 if __name__ == "__main__":
