@@ -55,10 +55,17 @@ class FwdConfig:
 
 
 # Tile choices per head-dim bucket: (block_m, block_n, num_warps, num_stages).
-# Measured on one H200 (bf16, seqlen 4k-16k, B*L = 16k tokens, 2048/D heads) with scripts/gpu_suite.sh's tuning
-# sweep; the table in bench/results/ names the commit. Before that measurement existed the choices followed the
-# register budget: acc_O holds block_m*D/threads fp32 values a thread and acc_S block_m*block_n/threads, and
-# both must stay well under 255 registers with the Q/K/V fragments beside them.
+# Measured on one H200 (bf16, B = 16384 / L, H = 2048 / D, TFLOP/s at L = 4k / 16k, non-causal | causal) at commit
+# 30111a9 with the sweep that is now scripts/tune_sm80.py:
+#   D=64:  (128,64,4,1) 336/333 | 301/325   (128,64,4,2) 320/326 | 294/312   (128,128,4,1) 326/337 | 296/323
+#          (128,128,8,1) 284/294 | 257/281  -> (128,64,4,1)
+#   D=128: (128,64,4,1) 374/372 | 325/347   (128,64,4,2) 367/373 | 326/351   (128,32,4,1) 341/348 | 310/328
+#          (128,64,8,1) 297/301 | 286/307   (64,64,4,1)  301/302 | 293/315   (128,128,8,1) 336/329 | 305/333
+#          -> (128,64,4,1): 2 stages wins only at 16k and by 1%; one stage keeps 64 KB free for a third CTA's worth
+#   D=256: (128,64,8,1) 340/342 | 294/351   (64,64,4,1)  323/318 | 297/313   (64,64,4,2) 296/300 | 279/294
+#          (64,32,4,1)  300/302 | 275/302  -> (128,64,8,1)
+# D=32, 96 and 192 were not swept yet; they take their neighbours' shapes within the register and shared-memory
+# budgets (acc_O holds block_m * D / threads fp32 values a thread, acc_S block_m * block_n / threads).
 _SM80_TILES: dict[int, tuple[int, int, int, int]] = {
     32: (128, 128, 4, 1),
     64: (128, 64, 4, 1),
