@@ -11,7 +11,7 @@ import torch
 
 from flashcute import compile_cache
 from flashcute.config import FwdConfig, fwd_config
-from flashcute.validation import validate_attention_args, validate_cuda_inputs
+from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs
 
 KERNELS = ("sm80",)
 
@@ -51,6 +51,13 @@ def _compiled_fwd(config: FwdConfig, arch: str):
     from flashcute.kernels.build import compile_fwd
 
     return compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
+
+
+def kernel_window(args: AttentionArgs) -> tuple[int, int]:
+    """The window as the kernels take it: a side at least seqlen_q + seqlen_k wide hides no key, so it becomes
+    -1 (unbounded). Same mask, and no int32 overflow in the kernel's index arithmetic for huge windows."""
+    unbounded = args.seqlen_q + args.seqlen_k
+    return tuple(-1 if side >= unbounded else side for side in (args.window_left, args.window_right))
 
 
 @torch.library.custom_op("flashcute::fwd", mutates_args=())
@@ -129,5 +136,6 @@ def flash_attn_func(
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {return_lse!r}")
     _resolve_kernel(kernel, q.device)
-    out, lse = _fwd(q, k, v, args.softmax_scale, args.diagonal_offset, args.window_left, args.window_right)
+    window_left, window_right = kernel_window(args)
+    out, lse = _fwd(q, k, v, args.softmax_scale, args.diagonal_offset, window_left, window_right)
     return (out, lse) if return_lse else out

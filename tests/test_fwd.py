@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import flashcute
-from flashcute.interface import launch_fwd
+from flashcute.interface import kernel_window, launch_fwd
 from flashcute.validation import validate_attention_args, validate_cuda_inputs
 from tests.helpers import check_against_spec
 
@@ -23,6 +23,7 @@ MASKS = [
     {"causal": True, "causal_align": "top_left"},
     {"window_size": (50, 7)},
     {"window_size": (64, -1), "causal_align": "top_left"},
+    {"window_size": (2**31 - 1, 2**31 - 1)},
 ]
 
 
@@ -36,7 +37,7 @@ def run_poisoned(q, k, v, **options):
     q, k, v = validate_cuda_inputs(q, k, v, args)
     out = torch.full(q.shape, math.nan, dtype=q.dtype, device=q.device)
     lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device=q.device)
-    launch_fwd(q, k, v, out, lse, args.softmax_scale, args.diagonal_offset, args.window_left, args.window_right)
+    launch_fwd(q, k, v, out, lse, args.softmax_scale, args.diagonal_offset, *kernel_window(args))
     return out, lse
 
 
