@@ -1,26 +1,74 @@
-"""Shared test helpers: the same-precision PyTorch baseline and the error budget of design.md."""
+"""Shared test helpers: the seed's worked example, random attention problems, and design.md's error budget."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
+from hypothesis import strategies as st
 
-from flashcute.reference import attention_ref, visibility_mask
-from flashcute.validation import validate_attention_args
+from flashcute.reference import attention_ref, attention_same_precision
+
+LN2 = math.log(2)
+
+# The seed article's worked example (Fig. 2-4), one batch, one head: (batch, seqlen, nheads, headdim).
+SEED_Q = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)[None, :, None, :]
+SEED_K = torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 1.0], [0.0, 2.0]], dtype=torch.float64)[None, :, None, :]
+SEED_V = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0]], dtype=torch.float64)[None, :, None, :]
+SEED_OUT = [[Fraction(7, 8), Fraction(3, 4)], [Fraction(4, 3), Fraction(1, 3)]]
+SEED_LSE_ARG = [8, 9]  # LSE = (ln 8, ln 9)
+SEED_CAUSAL_OUT = [[1, 0], [Fraction(2, 3), Fraction(1, 3)]]  # top-left causal: row 0 sees key 0, row 1 keys 0-1
+SEED_CAUSAL_LSE_ARG = [1, 3]
 
 
-def attention_same_precision(q, k, v, **options) -> torch.Tensor:
-    """Attention computed by plain PyTorch ops in the inputs' own dtype: the error baseline a kernel must match."""
-    args = validate_attention_args(q, k, v, **options)
-    group = args.qheads_per_kvhead
-    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * args.softmax_scale
-    rows = torch.arange(args.seqlen_q, device=q.device)
-    cols = torch.arange(args.seqlen_k, device=q.device)
-    scores = scores.masked_fill(~visibility_mask(args, rows, cols), -math.inf)
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows that see no key: 0, like the spec
-    return torch.einsum("bhqk,bkhd->bqhd", probs, v)
+@dataclass(frozen=True)
+class Problem:
+    """Sizes, options and a seed for random inputs: one attention call."""
+
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    nheads: int
+    nheads_k: int
+    headdim: int
+    seed: int
+    options: dict
+
+    def tensors(self, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(self.seed)
+        shapes = [
+            (self.batch, self.seqlen_q, self.nheads, self.headdim),
+            (self.batch, self.seqlen_k, self.nheads_k, self.headdim),
+            (self.batch, self.seqlen_k, self.nheads_k, self.headdim),
+        ]
+        return tuple(
+            torch.randn(shape, generator=generator, dtype=torch.float64).mul(1.5).to(dtype) for shape in shapes
+        )
+
+
+@st.composite
+def problems(draw: st.DrawFn, max_seqlen: int = 12, masks: bool = True, softcap: bool = True) -> Problem:
+    """Small problems hitting seqlen 1, odd lengths, seqlen_q != seqlen_k both ways, GQA, causal, windows."""
+    nheads_k = draw(st.integers(1, 2))
+    options = {"softmax_scale": draw(st.sampled_from([None, 0.4, 1.3]))}
+    if masks:
+        options["causal"] = draw(st.booleans())
+        options["causal_align"] = draw(st.sampled_from(["bottom_right", "top_left"]))
+        options["window_size"] = (draw(st.integers(-1, 5)), draw(st.integers(-1, 5)))
+    if softcap:
+        options["softcap"] = draw(st.sampled_from([0.0, 0.0, 2.5]))
+    return Problem(
+        batch=draw(st.integers(1, 2)),
+        seqlen_q=draw(st.integers(1, max_seqlen)),
+        seqlen_k=draw(st.integers(1, max_seqlen)),
+        nheads=nheads_k * draw(st.integers(1, 3)),
+        nheads_k=nheads_k,
+        headdim=draw(st.integers(1, 5)),
+        seed=draw(st.integers(0, 2**31 - 1)),
+        options=options,
+    )
 
 
 def check_against_spec(out, lse, q, k, v, atol=1e-4, **options) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from flashcute.bench import cli, runner
 from flashcute.bench.backends import Backend, select_backends
-from flashcute.bench.check import Checker, torch_attention
+from flashcute.bench.check import Checker
 from flashcute.bench.flops import attention_flops
 from flashcute.bench.grid import FULL, GridSpec, Shape, make_grid
 from flashcute.bench.inputs import make_inputs, rotation_count
@@ -20,6 +20,7 @@ from flashcute.bench.plot import write_plots
 from flashcute.bench.report import compare, group_table, render, speedup
 from flashcute.bench.results import Results, Row
 from flashcute.bench.runner import Settings, classify, sweep
+from flashcute.reference import attention_same_precision
 
 SHAPE = Shape(dtype="bf16", headdim=128, causal=False, seqlen=4096, batch=4, nheads=16)
 
@@ -127,7 +128,7 @@ def _attention_backend(name: str, scale: float = 1.0, detach: bool = False) -> B
         def attention(q, k, v):
             if detach:
                 q, k, v = q.detach(), k.detach(), v.detach()
-            return torch_attention(q, k, v, shape.causal) * scale
+            return attention_same_precision(q, k, v, causal=shape.causal) * scale
 
         return attention
 
@@ -186,7 +187,7 @@ def test_sweep_backward_checks_gradients_and_reports_no_backward(cpu_sweep):
 def test_check_fails_nan():
     shape = Shape("fp16", 16, False, 32, 1, 2)
     inputs = make_inputs(shape, with_grad=False, device="cpu")
-    out = torch_attention(inputs.q, inputs.k, inputs.v, causal=False)
+    out = attention_same_precision(inputs.q, inputs.k, inputs.v)
     checker = Checker()
     checker.check("b", shape, inputs, {"out": out.index_fill(1, torch.tensor([3]), float("nan"))})
     assert "out max_abs nan" in checker.wrong("b", shape)

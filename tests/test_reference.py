@@ -10,9 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flashcute.reference import attention_ref, visibility_mask
+from flashcute.reference import attention_ref, attention_same_precision, visibility_mask
 from flashcute.validation import validate_attention_args
-from tests._spec_helpers import (
+from tests.helpers import (
     LN2,
     SEED_CAUSAL_LSE_ARG,
     SEED_CAUSAL_OUT,
@@ -254,3 +254,23 @@ def test_rows_of_p_sum_to_one(problem):
     row_sums = probs.sum(dim=-1)  # (batch, seqlen_q, nheads)
     assert_same(row_sums, sees_a_key[None, :, None].double().expand_as(row_sums))
     assert torch.equal(lse == -math.inf, ~sees_a_key[None, None, :].expand_as(lse))
+
+
+# ---- the same-precision baseline of the error budget ---------------------------------------------------------
+
+
+@FEW
+@given(problems())
+def test_same_precision_baseline_in_float64_is_the_spec(problem):
+    """Same math as the spec (masks, windows, softcap, GQA, rows that see no key); only the precision differs."""
+    q, k, v = problem.tensors()
+    assert_same(attention_same_precision(q, k, v, **problem.options), attention_ref(q, k, v, **problem.options))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_same_precision_baseline_stays_in_the_input_dtype(dtype):
+    q, k, v = Problem(2, 37, 53, 4, 2, 16, seed=10, options={}).tensors(dtype)
+    out = attention_same_precision(q, k, v, causal=True)
+    assert out.dtype == dtype and out.shape == q.shape
+    err = (out.double() - attention_ref(q, k, v, causal=True)).abs().max().item()
+    assert 0 < err < 0.05  # rounding of a 16-bit computation: not zero, but small

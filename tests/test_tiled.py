@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from flashcute.reference import InexactError, attention_ref, tiled_attention, visibility_mask
 from flashcute.reference.tiled import ceil_div, n_block_range, query_range, tile_needs_mask
 from flashcute.validation import validate_attention_args
-from tests._spec_helpers import (
+from tests.helpers import (
     LN2,
     SEED_CAUSAL_LSE_ARG,
     SEED_CAUSAL_OUT,

@@ -6,7 +6,6 @@ big shapes the backend runs on the real shape and only a sample of it is compare
 element, the first and last head (batch and heads are independent, so the sample is a problem of its own).
 """
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -24,16 +23,6 @@ def sample(t: torch.Tensor) -> torch.Tensor:
     batches = sorted({0, t.shape[0] - 1})
     heads = sorted({0, t.shape[2] - 1})
     return t[batches][:, :, heads]
-
-
-def torch_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Attention as plain PyTorch ops in the inputs' precision (bottom-right causal): the baseline of the budget."""
-    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * (1 / math.sqrt(q.shape[-1]))
-    if causal:
-        visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device).tril(seqlen_k - seqlen_q)
-        scores = scores.masked_fill(~visible, float("-inf"))
-    return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(dim=-1), v)
 
 
 def errors(got: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
@@ -60,12 +49,12 @@ def _outputs(attention, qkv: list[torch.Tensor], dout: torch.Tensor | None, caus
 
 
 def make_reference(inputs: InputSet, causal: bool) -> Reference:
-    from flashcute.reference import attention_ref
+    from flashcute.reference import attention_ref, attention_same_precision
 
     qkv = [sample(t) for t in (inputs.q, inputs.k, inputs.v)]
     dout = None if inputs.dout is None else sample(inputs.dout)
     expected = _outputs(attention_ref, [t.double() for t in qkv], None if dout is None else dout.double(), causal)
-    baseline = _outputs(torch_attention, qkv, dout, causal)
+    baseline = _outputs(attention_same_precision, qkv, dout, causal)
     budget = {
         name: {metric: 2 * err + ATOL[metric] for metric, err in errors(baseline[name], expected[name]).items()}
         for name in expected

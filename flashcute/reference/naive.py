@@ -56,17 +56,46 @@ def attention_ref(
     """
     args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap)
     q, k, v = (x.to(torch.float64) for x in (q, k, v))
+    scores, v = _masked_scores(q, k, v, args)
+    lse = torch.logsumexp(scores, dim=-1)  # (batch, nheads, seqlen_q); -inf for a row that sees no key
+    probs = torch.exp(scores - lse.masked_fill(lse == -math.inf, 0.0)[..., None])  # such a row: exp(-inf) = 0
+    out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
+    return (out, lse) if return_lse else out
+
+
+def attention_same_precision(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    causal_align: str = "bottom_right",
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> torch.Tensor:
+    """The same-precision PyTorch baseline of design.md's error budget: `attention_ref`'s math by plain PyTorch
+    ops in the inputs' own dtype (fp16/bf16 scores and softmax), with the same arguments and conventions.
+
+    A kernel passes when its error against `attention_ref` is at most twice this function's error, plus a small
+    atol. Returns out (batch, seqlen_q, nheads, headdim) in the input dtype; differentiable (the backward budget
+    uses its gradients). A row that sees no key gets O = 0, as in the spec.
+    """
+    args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap)
+    scores, v = _masked_scores(q, k, v, args)
+    probs = torch.softmax(scores, dim=-1)
+    probs = probs.masked_fill((scores == -math.inf).all(dim=-1, keepdim=True), 0.0)  # softmax gives NaN there
+    return torch.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def _masked_scores(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: AttentionArgs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores (batch, nheads, seqlen_q, seqlen_k) after scale, softcap and mask (-inf), and V expanded for GQA."""
     k = k.repeat_interleave(args.qheads_per_kvhead, dim=2)
     v = v.repeat_interleave(args.qheads_per_kvhead, dim=2)
-
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * args.softmax_scale
     if args.softcap > 0:
         scores = args.softcap * torch.tanh(scores / args.softcap)
     rows = torch.arange(args.seqlen_q, device=q.device)
     cols = torch.arange(args.seqlen_k, device=q.device)
-    scores = scores.masked_fill(~visibility_mask(args, rows, cols), -math.inf)
-
-    lse = torch.logsumexp(scores, dim=-1)  # (batch, nheads, seqlen_q); -inf for a row that sees no key
-    probs = torch.exp(scores - lse.masked_fill(lse == -math.inf, 0.0)[..., None])  # such a row: exp(-inf) = 0
-    out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
-    return (out, lse) if return_lse else out
+    return scores.masked_fill(~visibility_mask(args, rows, cols), -math.inf), v
