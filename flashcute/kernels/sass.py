@@ -1,0 +1,138 @@
+"""What the compiler made of a kernel, read without a GPU: SASS opcodes, registers, stack and spills.
+
+`compile_fwd` keeps the cubin of a compile (``--keep-cubin``); ``nvdisasm -c`` (wheel ``nvidia-cuda-nvdisasm``)
+disassembles it and ``cuobjdump --dump-resource-usage`` (wheel ``nvidia-cuda-cuobjdump``) reports registers and
+stack. Register spills to local memory show as ``STL`` / ``LDL`` instructions. `inspect_variants` compiles many
+(config, arch) pairs in parallel worker processes; `flashcute check` and tests/test_compile.py use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import re
+import shutil
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from flashcute.config import FwdConfig
+
+# `/*0a40*/  @!P0 LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64] ;` -> "LDGSTS.E.BYPASS.LTC128B.128"
+_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
+_RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+)")
+_SM = re.compile(r"EF_CUDA_SM(\d+)\b")
+MASK_NAMES = {(False, False): "nomask", (True, False): "right", (False, True): "left", (True, True): "both"}
+
+
+@dataclass(frozen=True)
+class SassReport:
+    """One compiled kernel as the hardware sees it.
+
+    arch:        the target the cubin was built for, read from its ELF header flags ("sm_80", "sm_90a")
+    registers:   registers per thread (255 is the most a thread can have)
+    stack_bytes: local-memory stack per thread; more than 0 means the kernel spills or keeps arrays in memory
+    opcodes:     how many instructions of each opcode-with-modifiers, e.g. {"HMMA.16816.F32.BF16": 768, ...}
+    seconds:     how long the compile took
+    """
+
+    arch: str
+    registers: int
+    stack_bytes: int
+    opcodes: dict[str, int]
+    seconds: float = 0.0
+
+    def count(self, opcode: str) -> int:
+        """Instructions whose opcode is ``opcode`` or extends it: count("LDSM") includes "LDSM.16.MT88.4"."""
+        return sum(n for name, n in self.opcodes.items() if name == opcode or name.startswith(opcode + "."))
+
+    @property
+    def spills(self) -> int:
+        """Local-memory stores and loads (STL, LDL): register spills."""
+        return self.count("STL") + self.count("LDL")
+
+    @property
+    def instructions(self) -> int:
+        return sum(self.opcodes.values())
+
+
+def variant_label(config: FwdConfig) -> str:
+    """A short name for a config: "bfloat16-d128-128x64w4s1-right" is bf16, head dim 128, block_m x block_n,
+    4 warps, 1 K/V stage, causal-like mask; "d128pad" is a head dim padded up to 128; masks: nomask, right, left,
+    both."""
+    head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
+    tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}s{config.num_stages}"
+    return f"{config.dtype}-{head_dim}-{tiles}-{MASK_NAMES[config.mask_right, config.mask_left]}"
+
+
+def tool(name: str) -> Path:
+    """Path of a CUDA binary tool shipped in an ``nvidia-cuda-*`` wheel (nvdisasm, cuobjdump), else from PATH."""
+    try:
+        import nvidia
+
+        roots = [Path(p) for p in nvidia.__path__]
+    except ImportError:
+        roots = []
+    for root in roots:
+        found = sorted(path for path in root.glob(f"*/bin/{name}") if path.is_file())
+        if found:
+            return found[-1]
+    on_path = shutil.which(name)
+    if on_path is None:
+        raise FileNotFoundError(f"{name} not found: pip install nvidia-cuda-{name} (or put the CUDA toolkit on PATH)")
+    return Path(on_path)
+
+
+def _run(name: str, *args: str) -> str:
+    return subprocess.run([str(tool(name)), *args], check=True, capture_output=True, text=True).stdout
+
+
+def inspect_cubin(cubin: Path) -> SassReport:
+    """Disassemble a cubin holding one kernel and read its registers, stack and opcode counts."""
+    sass = _run("nvdisasm", "-c", str(cubin))
+    usage = [
+        tuple(map(int, match)) for match in _RESOURCES.findall(_run("cuobjdump", "--dump-resource-usage", str(cubin)))
+    ]
+    if len(usage) != 1:
+        raise ValueError(f"{cubin} holds {len(usage)} kernels, expected one")
+    header = next((line for line in sass.splitlines() if ".headerflags" in line), "")
+    sm = _SM.search(header)
+    if sm is None:
+        raise ValueError(f"no EF_CUDA_SM flag in the header of {cubin}: {header!r}")
+    arch = f"sm_{sm.group(1)}{'a' if 'EF_CUDA_ACCELERATORS' in header else ''}"
+    (registers, stack_bytes), opcodes = usage[0], Counter(_INSTRUCTION.findall(sass))
+    return SassReport(arch=arch, registers=registers, stack_bytes=stack_bytes, opcodes=dict(opcodes))
+
+
+def compile_and_inspect(config: FwdConfig, arch: str, dump_dir: Path) -> SassReport:
+    """Compile the forward kernel for ``config`` and ``arch`` into ``dump_dir`` (emptied first) and inspect it."""
+    from flashcute.kernels.build import compile_fwd
+
+    shutil.rmtree(dump_dir, ignore_errors=True)
+    start = time.perf_counter()
+    compile_fwd(config, arch, dump_dir)
+    seconds = time.perf_counter() - start
+    (cubin,) = dump_dir.glob("*.cubin")
+    return dataclasses.replace(inspect_cubin(cubin), seconds=seconds)
+
+
+def inspect_variants(
+    variants: Sequence[tuple[FwdConfig, str]], dump_root: Path, jobs: int
+) -> list[SassReport | Exception]:
+    """`compile_and_inspect` each (config, arch) in ``jobs`` worker processes; a failed compile gives its exception.
+
+    The workers are spawned, not forked (the parent may hold torch's threads), and each compile names its target
+    explicitly (``--gpu-arch``), so one worker can build for several targets; `SassReport.arch` shows which one
+    each cubin is really for.
+    """
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        futures = [
+            pool.submit(compile_and_inspect, config, arch, dump_root / f"{arch}-{variant_label(config)}")
+            for config, arch in variants
+        ]
+        return [future.exception() or future.result() for future in futures]

@@ -1,0 +1,207 @@
+"""Every forward-kernel variant compiled for sm_80 and sm_90a on the CPU, and its SASS read back.
+
+The SASS must hold the seed's instructions: tensor-core MMAs (HMMA.16816.F32, .BF16 for bf16), cp.async loads
+(LDGSTS), ldmatrix reads (LDSM; LDSM.16.MT88 for the transposed V reads of P·V) and exp2 (MUFU.EX2); and nothing
+may spill registers to local memory (STL/LDL) but the variants named in KNOWN_SPILLS, with the reason.
+The compiled kernel cache must also carry a kernel from one process to the next.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flashcute.config import FwdConfig
+from flashcute.kernels.build import ARCHS
+from flashcute.kernels.sass import SassReport, inspect_variants, variant_label
+from flashcute.kernels.variants import fwd_variants
+
+pytestmark = pytest.mark.compile
+
+PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for this bucket only, to save time
+CONFIGS = fwd_variants(exact_only=True) + [
+    config for config in fwd_variants() if config.head_dim_padded == PADDED_BUCKET and not config.exact_head_dim
+]
+VARIANTS = [(config, arch) for arch in ARCHS for config in CONFIGS]
+IDS = [f"{arch}-{variant_label(config)}" for config, arch in VARIANTS]
+
+# Variants that spill registers to local memory, found by compiling them all (`flashcute check --arch sm_80 sm_90a`
+# prints the same table) at commit 6ab88b2, with the reason. Every 4-warp variant already uses all 255 registers a
+# thread can have; how much spills where varies with dtype, mask and target as ptxas schedules differently.
+_D32 = (
+    "128x128 tile, 4 warps: acc_S alone is 128 fp32 registers a thread (128 x 128 / 128 threads) beside acc_O's 32 "
+    "and the Q/K/V fragments: 24-168 bytes of stack. The d32 tile is not swept on the GPU yet (config.py)"
+)
+_D64 = (
+    "128x64 tile, 4 warps: acc_O 64 + acc_S 64 registers a thread fit without a window, but the index arithmetic "
+    "of the two-sided window (all but fp16 on sm_80) and of bf16's left-only window on sm_90a spills 56-152 bytes"
+)
+_D96 = (
+    "128x64 tile, 4 warps: acc_O 96 + acc_S 64 fp32 registers a thread and the fragments sit at the 255-register "
+    "limit: 8-128 bytes of stack on 10 of the 16 variants, on every two-sided window"
+)
+_D128 = (
+    "128x64 tile, 4 warps: acc_O 128 + acc_S 64 fp32 registers a thread and the Q/K/V fragments need more than 255: "
+    "32-224 bytes of stack on every d128 variant (the 40 bytes of bf16 on sm_80 up to 224 with padding and a window). "
+    "Kept: it is the fastest tile measured on the H200 (config.py: 374 TFLOP/s at 4k against 341 for 128x32)"
+)
+KNOWN_SPILLS: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "sm_80-bfloat16-d32-128x128w4s1-both",
+            "sm_80-bfloat16-d32-128x128w4s1-left",
+            "sm_80-bfloat16-d32-128x128w4s1-nomask",
+            "sm_80-bfloat16-d32-128x128w4s1-right",
+            "sm_80-float16-d32-128x128w4s1-both",
+            "sm_80-float16-d32-128x128w4s1-nomask",
+            "sm_80-float16-d32-128x128w4s1-right",
+            "sm_90a-bfloat16-d32-128x128w4s1-both",
+            "sm_90a-bfloat16-d32-128x128w4s1-left",
+            "sm_90a-bfloat16-d32-128x128w4s1-nomask",
+            "sm_90a-bfloat16-d32-128x128w4s1-right",
+            "sm_90a-float16-d32-128x128w4s1-both",
+            "sm_90a-float16-d32-128x128w4s1-nomask",
+            "sm_90a-float16-d32-128x128w4s1-right",
+        ],
+        _D32,
+    ),
+    **dict.fromkeys(
+        [
+            "sm_80-bfloat16-d64-128x64w4s1-both",
+            "sm_90a-bfloat16-d64-128x64w4s1-both",
+            "sm_90a-bfloat16-d64-128x64w4s1-left",
+            "sm_90a-float16-d64-128x64w4s1-both",
+        ],
+        _D64,
+    ),
+    **dict.fromkeys(
+        [
+            "sm_80-bfloat16-d96-128x64w4s1-both",
+            "sm_80-bfloat16-d96-128x64w4s1-nomask",
+            "sm_80-bfloat16-d96-128x64w4s1-right",
+            "sm_80-float16-d96-128x64w4s1-both",
+            "sm_90a-bfloat16-d96-128x64w4s1-both",
+            "sm_90a-bfloat16-d96-128x64w4s1-nomask",
+            "sm_90a-float16-d96-128x64w4s1-both",
+            "sm_90a-float16-d96-128x64w4s1-left",
+            "sm_90a-float16-d96-128x64w4s1-nomask",
+            "sm_90a-float16-d96-128x64w4s1-right",
+        ],
+        _D96,
+    ),
+    **dict.fromkeys(
+        [
+            "sm_80-bfloat16-d128-128x64w4s1-both",
+            "sm_80-bfloat16-d128-128x64w4s1-left",
+            "sm_80-bfloat16-d128-128x64w4s1-nomask",
+            "sm_80-bfloat16-d128-128x64w4s1-right",
+            "sm_80-bfloat16-d128pad-128x64w4s1-both",
+            "sm_80-bfloat16-d128pad-128x64w4s1-left",
+            "sm_80-bfloat16-d128pad-128x64w4s1-nomask",
+            "sm_80-bfloat16-d128pad-128x64w4s1-right",
+            "sm_80-float16-d128-128x64w4s1-both",
+            "sm_80-float16-d128-128x64w4s1-left",
+            "sm_80-float16-d128-128x64w4s1-nomask",
+            "sm_80-float16-d128-128x64w4s1-right",
+            "sm_80-float16-d128pad-128x64w4s1-both",
+            "sm_80-float16-d128pad-128x64w4s1-left",
+            "sm_80-float16-d128pad-128x64w4s1-nomask",
+            "sm_80-float16-d128pad-128x64w4s1-right",
+            "sm_90a-bfloat16-d128-128x64w4s1-both",
+            "sm_90a-bfloat16-d128-128x64w4s1-left",
+            "sm_90a-bfloat16-d128-128x64w4s1-nomask",
+            "sm_90a-bfloat16-d128-128x64w4s1-right",
+            "sm_90a-bfloat16-d128pad-128x64w4s1-both",
+            "sm_90a-bfloat16-d128pad-128x64w4s1-left",
+            "sm_90a-bfloat16-d128pad-128x64w4s1-nomask",
+            "sm_90a-bfloat16-d128pad-128x64w4s1-right",
+            "sm_90a-float16-d128-128x64w4s1-both",
+            "sm_90a-float16-d128-128x64w4s1-left",
+            "sm_90a-float16-d128-128x64w4s1-nomask",
+            "sm_90a-float16-d128-128x64w4s1-right",
+            "sm_90a-float16-d128pad-128x64w4s1-both",
+            "sm_90a-float16-d128pad-128x64w4s1-left",
+            "sm_90a-float16-d128pad-128x64w4s1-nomask",
+            "sm_90a-float16-d128pad-128x64w4s1-right",
+        ],
+        _D128,
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+def reports(tmp_path_factory) -> dict[str, SassReport | Exception]:
+    """Every variant compiled once, two at a time (CI has 2 cores), in fresh worker processes."""
+    results = inspect_variants(VARIANTS, tmp_path_factory.mktemp("sass"), jobs=2)
+    return dict(zip(IDS, results, strict=True))
+
+
+def report_of(reports: dict[str, SassReport | Exception], variant_id: str) -> SassReport:
+    report = reports[variant_id]
+    if isinstance(report, Exception):
+        pytest.fail(f"{variant_id} did not compile: {type(report).__name__}: {report}")
+    return report
+
+
+@pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
+def test_sass_holds_the_algorithms_instructions(reports, config: FwdConfig, arch: str):
+    report = report_of(reports, f"{arch}-{variant_label(config)}")
+    assert report.arch == arch  # the cubin is really for the target asked for
+    mma = "HMMA.16816.F32.BF16" if config.dtype == "bfloat16" else "HMMA.16816.F32"
+    assert {op for op in report.opcodes if op.startswith("HMMA")} == {mma}
+    for opcode in ("LDGSTS", "LDSM", "LDSM.16.MT88", "MUFU.EX2"):
+        assert report.count(opcode) > 0, f"no {opcode} in the SASS"
+
+
+@pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
+def test_no_register_spills_but_the_known_ones(reports, config: FwdConfig, arch: str):
+    variant_id = f"{arch}-{variant_label(config)}"
+    report = report_of(reports, variant_id)
+    found = f"{report.registers} registers, {report.stack_bytes} bytes of stack, {report.count('STL')} STL"
+    if variant_id in KNOWN_SPILLS:
+        assert report.spills > 0, f"{variant_id} no longer spills ({found}): remove it from KNOWN_SPILLS"
+    else:
+        assert report.spills == 0 and report.stack_bytes == 0, (
+            f"{variant_id} spills: {found}, {report.count('LDL')} LDL"
+        )
+
+
+def test_known_spills_name_compiled_variants():
+    assert set(KNOWN_SPILLS) <= set(IDS)
+
+
+CACHE_SCRIPT = """
+import sys
+from flashcute import compile_cache
+from flashcute.config import fwd_config
+from flashcute.kernels.build import compile_fwd
+
+config = fwd_config(32, "float16")
+
+
+def refuse():
+    raise AssertionError("compiled although the kernel is in the disk cache")
+
+
+build = (lambda: compile_fwd(config, "sm_80")) if sys.argv[1] == "compile" else refuse
+kernel = compile_cache.get_compiled("sm_80", config, build)
+print(callable(kernel), type(kernel).__name__)
+"""
+
+
+def test_compile_cache_carries_a_kernel_to_the_next_process(tmp_path):
+    env = {**os.environ, "FLASHCUTE_CACHE_DIR": str(tmp_path)}
+
+    def run(mode: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", CACHE_SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()[0]
+
+    assert run("compile") == "True"
+    assert len(list(tmp_path.glob("*.o"))) == 1
+    assert run("load") == "True"  # the build that would raise was never called
