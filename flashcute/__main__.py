@@ -1,0 +1,5 @@
+"""`python -m flashcute`: the same command as `flashcute`."""
+
+from flashcute.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""`flashcute check`: compile every forward-kernel variant for a target, without a GPU, and report what the
+compiler made of each: registers, stack, spill instructions (STL/LDL) and the SASS of the algorithm's steps
+(HMMA tensor-core MMAs, LDGSTS cp.async loads, LDSM ldmatrix reads, MUFU.EX2 exponentials)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from flashcute.config import HEAD_DIM_BUCKETS
+from flashcute.kernels.build import ARCHS
+
+COLUMNS = ("HMMA", "LDGSTS", "LDSM", "LDSM.16.MT88", "MUFU.EX2")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--arch", choices=ARCHS, nargs="+", default=["sm_90a"], help="targets (default: sm_90a)")
+    parser.add_argument(
+        "--headdim", type=int, choices=HEAD_DIM_BUCKETS, nargs="+", help="head-dim buckets (default: all)"
+    )
+    parser.add_argument("--exact-only", action="store_true", help="skip the padded-head-dim variants")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles (default: cores)")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep each variant's .ptx and .cubin under DIR")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print one row per variant; 1 if any variant failed to compile, else 0 (spills are reported, not failed)."""
+    from flashcute.kernels.sass import inspect_variants, variant_label
+    from flashcute.kernels.variants import fwd_variants
+
+    configs = [c for c in fwd_variants(args.exact_only) if args.headdim is None or c.head_dim_padded in args.headdim]
+    variants = [(config, arch) for arch in args.arch for config in configs]
+    print(f"compiling {len(variants)} variants with {args.jobs} processes ...", flush=True)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="flashcute-check-") as tmp:
+        reports = inspect_variants(variants, args.keep or Path(tmp), args.jobs)
+    header = f"{'arch':<7} {'variant':<32} {'regs':>4} {'stack':>5} {'STL+LDL':>7} " + " ".join(
+        f"{name:>{max(len(name), 6)}}" for name in COLUMNS
+    )
+    lines, failed, spilled = [header], 0, 0
+    for (config, arch), report in zip(variants, reports, strict=True):
+        row = f"{arch:<7} {variant_label(config):<32}"
+        if isinstance(report, Exception):
+            failed += 1
+            lines.append(f"{row} failed: {type(report).__name__}: {report}")
+            continue
+        spilled += report.spills > 0
+        counts = " ".join(f"{report.count(name):>{max(len(name), 6)}}" for name in COLUMNS)
+        lines.append(f"{row} {report.registers:>4} {report.stack_bytes:>5} {report.spills:>7} {counts}")
+    print("\n".join(lines))
+    print(
+        f"{len(variants)} variants in {time.perf_counter() - start:.0f} s: {failed} failed to compile, "
+        f"{spilled} spill registers to local memory"
+    )
+    return 1 if failed else 0
