@@ -25,19 +25,14 @@ CPU_PROBLEM = {"batch": 2, "seqlen": 200, "nheads": 4, "headdim": 64}  # 200 row
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `flashcute demo` (the problem run on the GPU)."""
-    parser.add_argument("--batch", type=positive_int, default=4, help="batch size (default 4)")
-    parser.add_argument("--seqlen", type=positive_int, default=4096, help="query and key length (default 4096)")
-    parser.add_argument("--nheads", type=positive_int, default=16, help="heads (default 16)")
-    parser.add_argument("--headdim", type=positive_int, default=128, help="head dimension (default 128)")
+    from flashcute.bench.cli import parse_size
+
+    parser.add_argument("--batch", type=parse_size, default=4, help="batch size (default 4)")
+    parser.add_argument("--seqlen", type=parse_size, default=4096, help="query and key length, k = 1024 (default 4k)")
+    parser.add_argument("--nheads", type=parse_size, default=16, help="heads (default 16)")
+    parser.add_argument("--headdim", type=parse_size, default=128, help="head dimension (default 128)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="bf16", help="input dtype (default bf16)")
     parser.add_argument(
         "--causal", action=argparse.BooleanOptionalAction, default=True, help="causal mask (default: causal)"
