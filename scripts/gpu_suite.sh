@@ -16,6 +16,8 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do pytest_args+=("$1"); shift; done
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export FLASHCUTE_CACHE_DIR=${FLASHCUTE_CACHE_DIR:-/tmp/flashcute-cache}
+# A copied tree has no .git: the caller names the commit (FLASHCUTE_GIT_COMMIT=$(git rev-parse HEAD) on its side).
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo "${FLASHCUTE_GIT_COMMIT:-unknown}")
 arch=$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"sm_{m}{n}" + ("a" if m >= 9 else ""))')
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
@@ -33,7 +35,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 echo
-echo "== summary ($(git rev-parse --short HEAD 2>/dev/null || echo unknown), $arch) =="
+echo "== summary ($commit, $arch) =="
 grep -E "^(=+ )?[0-9]+ (passed|failed)|passed|failed|error" "$out/pytest.log" | tail -n 1
 [ "${SKIP_BENCH:-0}" != 1 ] && sed -n '/^|/p' "$out/bench.log" | head -n 40
 echo "tests rc=$test_rc bench rc=$bench_rc"

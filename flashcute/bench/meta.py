@@ -1,5 +1,6 @@
 """Where and with what a run happened: GPU, clocks, versions, commit, date, command line."""
 
+import os
 import shlex
 import subprocess
 import sys
@@ -30,14 +31,21 @@ def versions() -> dict[str, str | int | None]:
             return None
 
     found = {name: installed(name) for name in DISTRIBUTIONS}
+    if found.get("flashcute") is None:  # a source tree on PYTHONPATH, never pip-installed
+        import flashcute
+
+        found["flashcute"] = flashcute.__version__
     return {**found, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
 
 
 def git_commit() -> str | None:
-    """HEAD of the flashcute checkout, with "+dirty" if it has uncommitted changes."""
+    """HEAD of the flashcute checkout, with "+dirty" if it has uncommitted changes.
+
+    A copy of the tree without its .git (as on a lent GPU host) names its commit in FLASHCUTE_GIT_COMMIT.
+    """
     commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
     if commit is None:
-        return None
+        return os.environ.get("FLASHCUTE_GIT_COMMIT")
     dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
     return commit + ("+dirty" if dirty else "")
 
