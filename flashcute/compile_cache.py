@@ -26,7 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-_KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+# What a compiled kernel is made of: the device code, its build and its config (not the tooling beside them).
+_KERNEL_SOURCES = ("kernels/common", "kernels/sm80", "kernels/build.py", "config.py")
 _lock = threading.Lock()
 _memory: dict[tuple[str, Any], Callable] = {}
 compile_seconds: dict[tuple[str, Any], float] = {}
@@ -43,7 +45,9 @@ def cache_dir() -> Path | None:
 def source_fingerprint() -> str:
     """Hash of the kernel sources, config.py and the tool versions: any change gives new cache entries."""
     digest = hashlib.sha256()
-    for path in sorted([*_KERNEL_DIR.rglob("*.py"), Path(__file__).with_name("config.py")]):
+    paths = [p for source in _KERNEL_SOURCES for p in (_PACKAGE_DIR / source).glob("**/*.py")]
+    paths += [_PACKAGE_DIR / source for source in _KERNEL_SOURCES if source.endswith(".py")]
+    for path in sorted(paths):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     for dist in ("nvidia-cutlass-dsl", "apache-tvm-ffi"):

@@ -6,6 +6,7 @@ key (see compile_cache.py): two calls with the same config never compile twice.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 # Head dims are padded up to one of these buckets; a head dim below its bucket is handled with predicates.
@@ -76,6 +77,7 @@ _SM80_TILES: dict[int, tuple[int, int, int, int]] = {
 }
 
 
+@functools.cache
 def fwd_config(
     head_dim: int,
     dtype: str,
@@ -100,5 +102,66 @@ def fwd_config(
         num_warps=num_warps,
         num_stages=num_stages,
         mask_right=causal or window_right >= 0,
+        mask_left=window_left >= 0,
+    )
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """Static configuration of the sm80 backward kernel (one compiled kernel per distinct value).
+
+    block_m rows of Q per step, block_n rows of K/V per thread block, num_warps warps. The three GEMM shapes of
+    a step tile their warps differently: S and dP are (block_m, block_n) with warps_m_sdp warps along M; dK and
+    dV are (block_n, head_dim) with warps_n_dkv along N; dQ is (block_m, head_dim) with warps_m_dq along M.
+    """
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    block_n: int
+    num_warps: int
+    warps_m_sdp: int
+    warps_n_dkv: int
+    warps_m_dq: int
+    mask_right: bool
+    mask_left: bool
+
+    def smem_bytes(self) -> int:
+        """Q and dO tiles, K and V tiles, P and dS tiles, 2 bytes an element."""
+        d = self.head_dim_padded
+        return 2 * (2 * self.block_m * d + 2 * self.block_n * d + 2 * self.block_m * self.block_n)
+
+
+# (block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq) per head-dim bucket: FlashAttention-2's
+# sm80 shapes (64 x 128 tiles, 8 warps; 64 x 64 past head dim 128 for the register and shared-memory budget).
+# Head dims 32 and 96 put 4 of the dQ GEMM's warps along M, so that the 2 along the head dim tile it by 32.
+# Not yet tuned on the H200.
+_SM80_BWD_TILES: dict[int, tuple[int, int, int, int, int, int]] = {
+    32: (64, 128, 8, 2, 4, 4),
+    64: (64, 128, 8, 2, 4, 2),
+    96: (64, 128, 8, 2, 4, 4),
+    128: (64, 128, 8, 2, 4, 2),
+    192: (64, 64, 8, 2, 4, 2),
+    256: (64, 64, 8, 2, 4, 2),
+}
+
+
+@functools.cache
+def bwd_config(head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1) -> BwdConfig:
+    """The heuristic for the sm80 backward kernel (window_right = 0 is causal)."""
+    bucket = head_dim_bucket(head_dim)
+    block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq = _SM80_BWD_TILES[bucket]
+    return BwdConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=block_m,
+        block_n=block_n,
+        num_warps=num_warps,
+        warps_m_sdp=warps_m_sdp,
+        warps_n_dkv=warps_n_dkv,
+        warps_m_dq=warps_m_dq,
+        mask_right=window_right >= 0,
         mask_left=window_left >= 0,
     )

@@ -1,24 +1,32 @@
-"""The PyTorch boundary: validation, dispatch to a compiled kernel, and the torch.library custom op.
+"""The PyTorch boundary: validation, dispatch to a compiled kernel, the torch.library custom ops and autograd.
 
-``flash_attn_func`` validates everything before any launch, picks the kernel for the device, and calls the
-``flashcute::fwd`` custom op, which allocates the outputs and launches the compiled kernel on the current CUDA
-stream. The op has a fake (meta) implementation, so it traces under torch.compile.
+``flash_attn_func`` validates everything before any launch and calls the ``flashcute::fwd`` custom op, which
+allocates the outputs and launches the compiled kernel on the current CUDA stream. ``flashcute::bwd`` is its
+gradient, registered with ``register_autograd``. Both ops have fake (meta) implementations, so a model using
+them traces under ``torch.compile(fullgraph=True)``.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from flashcute import compile_cache
-from flashcute.config import FwdConfig, fwd_config
-from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs
+from flashcute.config import bwd_config, fwd_config
+from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs, validate_pointers
 
 KERNELS = ("sm80",)
 
 
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
 def device_arch(device: torch.device) -> str:
     """The CuTe DSL target for a CUDA device: sm_80, sm_86, sm_89, sm_90a, sm_100a, ..."""
-    major, minor = torch.cuda.get_device_capability(device)
+    major, minor = _capability(torch.cuda._utils._get_device_index(device, optional=True))
     return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
 
 
@@ -26,31 +34,21 @@ def available_kernels(device: torch.device | None = None) -> list[str]:
     """Names of the flashcute kernels the given (default: current) CUDA device can run; [] without a GPU."""
     if not torch.cuda.is_available():
         return []
-    major, _ = torch.cuda.get_device_capability(device)
+    major, _ = _capability(torch.cuda._utils._get_device_index(device, optional=True))
     return ["sm80"] if major >= 8 else []
 
 
-def _resolve_kernel(kernel: str | None, device: torch.device) -> str:
-    available = available_kernels(device)
-    if kernel is None or kernel == "auto":
-        if not available:
-            raise ValueError(
-                f"no flashcute kernel runs on {torch.cuda.get_device_name(device)}: it needs sm_80 or newer"
-            )
-        return available[-1]
-    if kernel not in KERNELS:
+def _check_kernel(kernel: str, device: torch.device) -> None:
+    """Raise unless ``kernel`` ("auto" or a name from KERNELS) can run on ``device``."""
+    if kernel != "auto" and kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {('auto', *KERNELS)} or None, got {kernel!r}")
-    if kernel not in available:
+    available = available_kernels(device)
+    if kernel == "auto" and not available:
+        raise ValueError(f"no flashcute kernel runs on {torch.cuda.get_device_name(device)}: it needs sm_80 or newer")
+    if kernel != "auto" and kernel not in available:
         raise ValueError(
             f"kernel={kernel!r} cannot run on {torch.cuda.get_device_name(device)}; available: {available}"
         )
-    return kernel
-
-
-def _compiled_fwd(config: FwdConfig, arch: str):
-    from flashcute.kernels.build import compile_fwd
-
-    return compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
 
 
 def kernel_window(args: AttentionArgs) -> tuple[int, int]:
@@ -60,21 +58,17 @@ def kernel_window(args: AttentionArgs) -> tuple[int, int]:
     return tuple(-1 if side >= unbounded else side for side in (args.window_left, args.window_right))
 
 
-@torch.library.custom_op("flashcute::fwd", mutates_args=())
-def _fwd(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    softmax_scale: float,
-    diag_offset: int,
-    window_left: int,
-    window_right: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    batch, seqlen_q, nheads, _ = q.shape
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
-    launch_fwd(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
-    return out, lse
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _run_on_device(device: torch.device, kernel, *args) -> None:
+    """Call a compiled kernel with ``device`` current: TVM-FFI launches on the current device's current stream."""
+    if device.index == torch.cuda.current_device():
+        kernel(*args)
+    else:
+        with torch.cuda.device(device):
+            kernel(*args)
 
 
 def launch_fwd(
@@ -89,20 +83,111 @@ def launch_fwd(
     window_right: int,
 ) -> None:
     """Launch the forward kernel into given outputs (validated inputs only; tests use it to poison outputs)."""
-    config = fwd_config(
-        q.shape[-1], str(q.dtype).removeprefix("torch."), window_left=window_left, window_right=window_right
+    from flashcute.kernels.build import compile_fwd
+
+    validate_pointers(q=q, k=k, v=v)
+    config = fwd_config(q.shape[-1], _dtype_name(q), window_left=window_left, window_right=window_right)
+    arch = device_arch(q.device)
+    kernel = compile_cache.get_compiled(arch, config, functools.partial(compile_fwd, config, arch))
+    _run_on_device(q.device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+
+
+def launch_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: float,
+    diag_offset: int,
+    window_left: int,
+    window_right: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward pass: preprocess D = rowsum(dO * O), the kernel (dK, dV, and dQ by fp32 atomics), then dQ
+    scaled and cast. Returns (dq, dk, dv) shaped like q, k, v."""
+    from flashcute.kernels.build import compile_bwd
+
+    if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
+        dout = dout.contiguous()
+    validate_pointers(q=q, k=k, v=v, dout=dout)
+    delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (batch, nheads, seqlen_q)
+    dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    config = bwd_config(q.shape[-1], _dtype_name(q), window_left=window_left, window_right=window_right)
+    arch = device_arch(q.device)
+    kernel = compile_cache.get_compiled(arch, config, functools.partial(compile_bwd, config, arch))
+    _run_on_device(
+        q.device,
+        kernel,
+        *(q, k, v, dout, lse, delta, dq_accum, dk, dv),
+        *(softmax_scale, diag_offset, window_left, window_right),
     )
-    with torch.cuda.device(q.device):
-        kernel = _compiled_fwd(config, device_arch(q.device))
-        kernel(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+    return (dq_accum * softmax_scale).to(q.dtype), dk, dv
+
+
+@torch.library.custom_op("flashcute::fwd", mutates_args=())
+def _fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    diag_offset: int,
+    window_left: int,
+    window_right: int,
+    kernel: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_kernel(kernel, q.device)
+    batch, seqlen_q, nheads, _ = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+    launch_fwd(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+    return out, lse
 
 
 @_fwd.register_fake
-def _fwd_fake(q, k, v, softmax_scale, diag_offset, window_left, window_right):
+def _fwd_fake(q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel):
     batch, seqlen_q, nheads, _ = q.shape
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
-    return out, lse
+    return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashcute::bwd", mutates_args=())
+def _bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: float,
+    diag_offset: int,
+    window_left: int,
+    window_right: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return launch_bwd(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+
+
+@_bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, softmax_scale, diag_offset, window_left, window_right, _ = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.scalars = (softmax_scale, diag_offset, window_left, window_right)
+    ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = _bwd(dout, q, k, v, out, lse, *ctx.scalars)
+    return dq, dk, dv, None, None, None, None, None
+
+
+_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def flash_attn_func(
@@ -118,24 +203,32 @@ def flash_attn_func(
     causal_align: str = "bottom_right",
     kernel: str | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Exact attention, FlashAttention-style, for CUDA fp16/bf16 tensors.
+    """Exact attention, FlashAttention-style, for CUDA fp16/bf16 tensors; differentiable in q, k and v.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0.
     softmax_scale defaults to 1/sqrt(headdim). causal=True masks keys j > i + seqlen_k - seqlen_q (bottom-right,
     flash_attn's convention) or, with causal_align="top_left", keys j > i (the seed's rule). window_size=(left,
     right) keeps keys within [i + offset - left, i + offset + right]; -1 means unbounded. A query that sees no key
     gets O = 0 and LSE = -inf. Returns out (batch, seqlen_q, nheads, headdim), and with return_lse also
-    lse (batch, nheads, seqlen_q), float32, natural log. The forward pass is deterministic whatever
-    ``deterministic`` says (the flag is for the backward pass). ``kernel`` picks a kernel by name (see
-    ``available_kernels``); the default picks the fastest one for the device.
+    lse (batch, nheads, seqlen_q), float32, natural log (not differentiable). ``deterministic=True`` asks for a
+    bitwise-reproducible backward, which flashcute does not have yet: with inputs that require grad it raises.
+    ``kernel`` picks a kernel by name (see ``available_kernels``); the default picks the fastest for the device.
+    Under ``torch.autocast("cuda")`` float32 inputs are cast to the autocast dtype.
     """
     args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap)
+    for name, flag in (("deterministic", deterministic), ("return_lse", return_lse)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {flag!r}")
+    if deterministic and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(
+            "deterministic=True: flashcute's backward adds dQ with fp32 atomics, so it is not bitwise reproducible "
+            "yet; use deterministic=False"
+        )
+    if q.dtype == torch.float32 and q.is_cuda and torch.is_autocast_enabled("cuda"):
+        q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))  # the op is no autocast-aware op
     q, k, v = validate_cuda_inputs(q, k, v, args)
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be a bool, got {deterministic!r}")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {return_lse!r}")
-    _resolve_kernel(kernel, q.device)
+    if kernel is not None and not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a str or None, got {kernel!r}")
     window_left, window_right = kernel_window(args)
-    out, lse = _fwd(q, k, v, args.softmax_scale, args.diagonal_offset, window_left, window_right)
+    out, lse = _fwd(q, k, v, args.softmax_scale, args.diagonal_offset, window_left, window_right, kernel or "auto")
     return (out, lse) if return_lse else out

@@ -205,8 +205,8 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
     """Check what the CUDA kernels need beyond `validate_attention_args`; return q, k, v ready to launch.
 
     The kernels read 16-byte vectors, so every row (the last dim) must be contiguous and start on a 16-byte
-    boundary: data pointer and every other stride divisible by 16 bytes. Strides of size-1 dims never move a
-    pointer, so misaligned ones there are replaced (a view, no copy).
+    boundary: every other stride divisible by 16 bytes (and the data pointer, see `validate_pointers`). Strides
+    of size-1 dims never move a pointer, so misaligned ones there are replaced (a view, no copy).
     """
     import torch
 
@@ -234,8 +234,6 @@ def _aligned_rows(name: str, t: Any) -> Any:
     if t.stride(-1) != 1:
         raise ValueError(f"{name} must have a contiguous last dim (stride 1), got strides {tuple(t.stride())}")
     elems = 16 // t.element_size()
-    if t.data_ptr() % 16 != 0:
-        raise ValueError(f"{name} must start on a 16-byte boundary, got data_ptr() % 16 = {t.data_ptr() % 16}")
     strides = list(t.stride())
     for dim, size in enumerate(t.shape[:-1]):
         if strides[dim] % elems == 0:
@@ -247,3 +245,14 @@ def _aligned_rows(name: str, t: Any) -> Any:
             )
         strides[dim] = math.prod(t.shape[dim + 1 :])
     return t if strides == list(t.stride()) else t.as_strided(t.shape, strides)
+
+
+def validate_pointers(**tensors: Any) -> None:
+    """Every tensor must start on a 16-byte boundary (the kernels' 128-bit loads and stores).
+
+    Called where the kernels are launched, on real tensors: under torch.compile the traced code sees fake
+    tensors, which have no address.
+    """
+    for name, t in tensors.items():
+        if t.data_ptr() % 16 != 0:
+            raise ValueError(f"{name} must start on a 16-byte boundary, got data_ptr() % 16 = {t.data_ptr() % 16}")

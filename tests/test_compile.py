@@ -1,8 +1,9 @@
-"""Every forward-kernel variant compiled for sm_80 and sm_90a on the CPU, and its SASS read back.
+"""Every forward- and backward-kernel variant compiled for sm_80 and sm_90a on the CPU, and its SASS read back.
 
 The SASS must hold the seed's instructions: tensor-core MMAs (HMMA.16816.F32, .BF16 for bf16), cp.async loads
-(LDGSTS), ldmatrix reads (LDSM; LDSM.16.MT88 for the transposed V reads of P·V) and exp2 (MUFU.EX2); and nothing
-may spill registers to local memory (STL/LDL) but the variants named in KNOWN_SPILLS, with the reason.
+(LDGSTS), ldmatrix reads (LDSM; LDSM.16.MT88 for the transposed V reads of P·V) and exp2 (MUFU.EX2); the backward
+also the fp32 reductions that add dQ (RED on sm_80, REDG on sm_90a); and nothing may spill registers to local
+memory (STL/LDL) but the variants named in KNOWN_SPILLS, with the reason.
 The compiled kernel cache must also carry a kernel from one process to the next.
 """
 
@@ -14,16 +15,18 @@ import sys
 
 import pytest
 
-from flashcute.config import FwdConfig
+from flashcute.config import BwdConfig, FwdConfig
 from flashcute.kernels.build import ARCHS
 from flashcute.kernels.sass import SassReport, inspect_variants, variant_label
-from flashcute.kernels.variants import fwd_variants
+from flashcute.kernels.variants import bwd_variants, fwd_variants
 
 pytestmark = pytest.mark.compile
 
 PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for this bucket only, to save time
-CONFIGS = fwd_variants(exact_only=True) + [
-    config for config in fwd_variants() if config.head_dim_padded == PADDED_BUCKET and not config.exact_head_dim
+CONFIGS = [
+    *fwd_variants(exact_only=True),
+    *(config for config in fwd_variants() if config.head_dim_padded == PADDED_BUCKET and not config.exact_head_dim),
+    *bwd_variants(exact_only=True),
 ]
 VARIANTS = [(config, arch) for arch in ARCHS for config in CONFIGS]
 IDS = [f"{arch}-{variant_label(config)}" for config, arch in VARIANTS]
@@ -48,7 +51,31 @@ _D128 = (
     "32-224 bytes of stack on every d128 variant (the 40 bytes of bf16 on sm_80 up to 224 with padding and a window). "
     "Kept: it is the fastest tile measured on the H200 (config.py: 374 TFLOP/s at 4k against 341 for 128x32)"
 )
+_BWD = (
+    "backward, 8 warps: dK and dV stay in registers for the whole walk (2 x 64 fp32 a thread at d128) beside S, "
+    "dP, dQ and the operand fragments of five GEMMs: 8-48 bytes of stack"
+)
 KNOWN_SPILLS: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "sm_80-bwd-float16-d128-64x128w8-nomask",
+            "sm_80-bwd-bfloat16-d96-64x128w8-right",
+            "sm_80-bwd-bfloat16-d128-64x128w8-nomask",
+            "sm_80-bwd-bfloat16-d128-64x128w8-both",
+            "sm_80-bwd-bfloat16-d128-64x128w8-left",
+            "sm_90a-bwd-float16-d128-64x128w8-nomask",
+            "sm_90a-bwd-float16-d128-64x128w8-right",
+            "sm_90a-bwd-float16-d128-64x128w8-both",
+            "sm_90a-bwd-float16-d128-64x128w8-left",
+            "sm_90a-bwd-float16-d256-64x64w8-right",
+            "sm_90a-bwd-bfloat16-d128-64x128w8-nomask",
+            "sm_90a-bwd-bfloat16-d128-64x128w8-right",
+            "sm_90a-bwd-bfloat16-d128-64x128w8-both",
+            "sm_90a-bwd-bfloat16-d128-64x128w8-left",
+            "sm_90a-bwd-bfloat16-d256-64x64w8-right",
+        ],
+        _BWD,
+    ),
     **dict.fromkeys(
         [
             "sm_80-bfloat16-d32-128x128w4s1-both",
@@ -147,17 +174,19 @@ def report_of(reports: dict[str, SassReport | Exception], variant_id: str) -> Sa
 
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
-def test_sass_holds_the_algorithms_instructions(reports, config: FwdConfig, arch: str):
+def test_sass_holds_the_algorithms_instructions(reports, config: FwdConfig | BwdConfig, arch: str):
     report = report_of(reports, f"{arch}-{variant_label(config)}")
     assert report.arch == arch  # the cubin is really for the target asked for
     mma = "HMMA.16816.F32.BF16" if config.dtype == "bfloat16" else "HMMA.16816.F32"
     assert {op for op in report.opcodes if op.startswith("HMMA")} == {mma}
     for opcode in ("LDGSTS", "LDSM", "LDSM.16.MT88", "MUFU.EX2"):
         assert report.count(opcode) > 0, f"no {opcode} in the SASS"
+    if isinstance(config, BwdConfig):
+        assert report.count("RED.E.ADD.F32") + report.count("REDG.E.ADD.F32") > 0, "no fp32 reduction for dQ"
 
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
-def test_no_register_spills_but_the_known_ones(reports, config: FwdConfig, arch: str):
+def test_no_register_spills_but_the_known_ones(reports, config: FwdConfig | BwdConfig, arch: str):
     variant_id = f"{arch}-{variant_label(config)}"
     report = report_of(reports, variant_id)
     found = f"{report.registers} registers, {report.stack_bytes} bytes of stack, {report.count('STL')} STL"

@@ -13,28 +13,37 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, FwdConfig, fwd_config
+from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, BwdConfig, FwdConfig, bwd_config, fwd_config
 
 # (window_left, window_right) pairs that reach each mask variant: none, causal, sliding window, left-only window
 MASK_VARIANTS = ((-1, -1), (-1, 0), (8, 8), (8, -1))
 
 
-def fwd_variants(exact_only: bool = False) -> list[FwdConfig]:
-    """The heuristic's config for every dtype x head-dim bucket x mask variant (x exact/padded head dim)."""
+def _variants(make_config, exact_only: bool) -> list:
     configs = []
     for dtype, bucket, (left, right) in itertools.product(DTYPES, HEAD_DIM_BUCKETS, MASK_VARIANTS):
         head_dims = (bucket,) if exact_only else (bucket, bucket - 8)
-        configs += [fwd_config(d, dtype, window_left=left, window_right=right) for d in head_dims]
+        configs += [make_config(d, dtype, window_left=left, window_right=right) for d in head_dims]
     return configs
 
 
-def _compile_one(config: FwdConfig, arch: str) -> float:
+def fwd_variants(exact_only: bool = False) -> list[FwdConfig]:
+    """The heuristic's config for every dtype x head-dim bucket x mask variant (x exact/padded head dim)."""
+    return _variants(fwd_config, exact_only)
+
+
+def bwd_variants(exact_only: bool = False) -> list[BwdConfig]:
+    """The backward heuristic's config for every dtype x head-dim bucket x mask variant (x exact/padded)."""
+    return _variants(bwd_config, exact_only)
+
+
+def _compile_one(config: FwdConfig | BwdConfig, arch: str) -> float:
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute import compile_cache
-    from flashcute.kernels.build import compile_fwd
+    from flashcute.kernels.build import compile_kernel
 
     start = time.perf_counter()
-    compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
+    compile_cache.get_compiled(arch, config, lambda: compile_kernel(config, arch))
     return time.perf_counter() - start
 
 
@@ -44,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--exact-only", action="store_true", help="skip the padded-head-dim variants")
     args = parser.parse_args(argv)
-    configs = fwd_variants(args.exact_only)
+    configs = [*fwd_variants(args.exact_only), *bwd_variants(args.exact_only)]
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         seconds = list(pool.map(_compile_one, configs, itertools.repeat(args.arch)))

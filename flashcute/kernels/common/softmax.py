@@ -74,3 +74,14 @@ class OnlineSoftmax:
             log2_sum = cute.math.log2(row_sum, fastmath=True)
             lse[r] = -Float32.inf if empty else (self.row_max[r] * self.scale_log2 + log2_sum) * LN2
         return inv_sum, lse
+
+
+@cute.jit
+def recompute_probs(acc_S: cute.Tensor, lse_log2: cute.Tensor, scale_log2: Float32):
+    """Backward step 5 in place: P = exp2(S * scale_log2 - LSE * log2(e)), the forward's probabilities again.
+
+    ``lse_log2`` holds LSE * log2(e) per row of the fragment, +inf for rows that see no key (so P = 0 there).
+    """
+    s = acc_rows_cols(acc_S)
+    for r in cutlass.range_constexpr(cute.size(lse_log2)):
+        s[r, None].store(cute.math.exp2(s[r, None].load() * scale_log2 - lse_log2[r], fastmath=True))

@@ -54,6 +54,24 @@ class TileInfo:
         return n_block_min, n_block_max
 
     @cute.jit
+    def m_block_range(self, n_block: Int32):
+        """(m_block_min, m_block_max): the Q tiles with at least one row that sees a key of K/V tile n_block.
+
+        The backward pass walks this range for a fixed K/V tile; it is n_block_range read the other way round.
+        """
+        m_block_max = cute.ceil_div(self.seqlen_q, self.block_m)
+        m_block_min = Int32(0)
+        if cutlass.const_expr(self.mask_right):
+            # the tile's first key n * block_n is seen by rows i >= n * block_n - offset - right
+            first_row = n_block * self.block_n - self.diag_offset - self.window_right
+            m_block_min = cutlass.max(first_row, 0) // self.block_m
+        if cutlass.const_expr(self.mask_left):
+            # the tile's last key is seen by rows i <= (n + 1) * block_n - 1 - offset + left
+            last_row = (n_block + 1) * self.block_n - 1 - self.diag_offset + self.window_left
+            m_block_max = cutlass.min(m_block_max, cute.ceil_div(cutlass.max(last_row + 1, 0), self.block_m))
+        return m_block_min, m_block_max
+
+    @cute.jit
     def masked_runs(self, m_block: Int32, n_block_min: Int32, n_block_max: Int32):
         """Split [n_block_min, n_block_max) into [min, left_end) masked, [left_end, right_start) free,
         [right_start, max) masked. The last tile visited first always gets the full mask (seqlen_k tail)."""

@@ -1,0 +1,468 @@
+"""The FlashAttention backward kernel for sm_80 and newer (mma.sync 16x8x16, cp.async, ldmatrix).
+
+One thread block owns one (block_n, head_dim) tile of K and V for one (batch, kv head) and walks every query
+head of its GQA group and every Q tile that sees its keys. dK and dV stay in registers for the whole walk; dQ is
+accumulated across thread blocks with fp32 atomic adds into a zeroed buffer that a postprocess scales and casts.
+Per Q tile, with P and dS staged through shared memory because their transposes are MMA operands:
+
+    S  = Q K^T                 P  = exp2(S * scale_log2 - LSE * log2 e)      (the forward's probabilities)
+    dP = dO V^T                dS = P * (dP - D),   D = rowsum(dO * O) from the preprocess
+    dV += P^T dO               dK += dS^T Q         dQ += dS K              (dK and dQ times softmax_scale)
+
+Rows past seqlen_q load as zeros with LSE = +inf, so their P and dS are 0; K/V rows past seqlen_k load as zeros
+and their scores are masked, so 0 * garbage never makes a NaN.
+"""
+
+from types import SimpleNamespace
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+from cutlass.cute.nvgpu import warp
+
+from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, BwdConfig
+from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.epilogue import store_o
+from flashcute.kernels.common.gemm import gemm_ss
+from flashcute.kernels.common.layout import acc_rows_cols
+from flashcute.kernels.common.mask import AttentionMask
+from flashcute.kernels.common.softmax import recompute_probs
+from flashcute.kernels.common.tile_info import TileInfo
+from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES, DEFAULT_MAX_SMEM_BYTES, LOG2_E, MAX_SMEM_BYTES
+
+
+def _tiled_mma(dtype, warps_m: int, warps_n: int) -> cute.TiledMma:
+    return cute.make_tiled_mma(
+        warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)),
+        (warps_m, warps_n, 1),
+        permutation_mnk=(warps_m * 16, warps_n * 16, 16),
+    )
+
+
+def _transposed(t: cute.Tensor, rows: int, cols: int) -> cute.Tensor:
+    """A (cols, rows) view of a (rows, cols) shared-memory tile: the same bytes, read with ldmatrix.trans."""
+    return cute.composition(t, cute.make_layout((cols, rows), stride=(rows, 1)))
+
+
+class FlashAttentionBackwardSm80:
+    """dK, dV (and dQ through atomics) on mma.sync tensor cores. Construct from a BwdConfig."""
+
+    def __init__(self, config: BwdConfig):
+        self.config = config
+        self.dtype = CUTLASS_DTYPES[config.dtype]
+        self.block_m = config.block_m
+        self.block_n = config.block_n
+        self.head_dim_padded = config.head_dim_padded
+        self.num_threads = config.num_warps * 32
+
+    @staticmethod
+    def can_implement(config: BwdConfig, arch: str) -> str | None:
+        """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
+        if config.dtype not in DTYPES:
+            return f"dtype {config.dtype!r} is not one of {DTYPES}"
+        if config.head_dim_padded not in HEAD_DIM_BUCKETS:
+            return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
+        warps = config.num_warps
+        for name, rows, warps_along in (
+            ("block_m", config.block_m, config.warps_m_sdp),
+            ("block_n", config.block_n, warps // config.warps_m_sdp),
+            ("block_n", config.block_n, config.warps_n_dkv),
+            ("block_m", config.block_m, config.warps_m_dq),
+        ):
+            if warps % warps_along != 0 or rows % (16 * warps_along) != 0:
+                return f"{name}={rows} does not split over {warps_along} of {warps} warps in 16-row MMA atoms"
+        for gemm, warps_along_d in (("dK/dV", warps // config.warps_n_dkv), ("dQ", warps // config.warps_m_dq)):
+            if config.head_dim_padded % (16 * warps_along_d) != 0:
+                return f"{gemm}: {warps_along_d} warps along the head dim do not tile {config.head_dim_padded}"
+        rows_per_copy = config.num_warps * 32 // (64 // 8 if config.head_dim_padded % 64 == 0 else 32 // 8)
+        if config.block_m % rows_per_copy != 0 or config.block_n % rows_per_copy != 0:
+            return f"block_m and block_n must be multiples of {rows_per_copy} rows (one pass of the tiled copy)"
+        if config.block_n % 64 != 0 or config.block_m % 8 != 0:
+            return "block_n must be a multiple of 64 (the P and dS tiles use a 64-wide swizzle atom)"
+        smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
+        if config.smem_bytes() > smem_limit:
+            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {smem_limit}"
+        return None
+
+    # ---------------------------------------------------------------- host side
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
+        mV: cute.Tensor,
+        mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
+        mD: cute.Tensor,  # (batch, nheads, seqlen_q) float32: rowsum(dO * O)
+        mdQaccum: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim) float32, zeroed
+        mdK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
+        mdV: cute.Tensor,
+        softmax_scale: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        stream: cuda.CUstream,
+    ):
+        cfg = self.config
+        atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
+        sQ_layout = cute.tile_to_shape(atom, (self.block_m, self.head_dim_padded), (0, 1))
+        sKV_layout = cute.tile_to_shape(atom, (self.block_n, self.head_dim_padded), (0, 1))
+        sP_layout = cute.tile_to_shape(gcopy.smem_layout_atom(self.dtype, 64), (self.block_m, self.block_n), (0, 1))
+
+        @cute.struct
+        class SharedStorage:
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
+            sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
+
+        warps = cfg.num_warps
+        tiled_mma_sdp = _tiled_mma(self.dtype, cfg.warps_m_sdp, warps // cfg.warps_m_sdp)
+        tiled_mma_dkv = _tiled_mma(self.dtype, cfg.warps_n_dkv, warps // cfg.warps_n_dkv)
+        tiled_mma_dq = _tiled_mma(self.dtype, cfg.warps_m_dq, warps // cfg.warps_m_dq)
+        gmem_tiled_copy_load = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True)
+        gmem_tiled_copy_store = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False)
+
+        num_n_blocks = cute.ceil_div(mK.shape[1], self.block_n)
+        self.kernel(
+            mQ,
+            mK,
+            mV,
+            mdO,
+            mLSE,
+            mD,
+            mdQaccum,
+            mdK,
+            mdV,
+            softmax_scale,
+            diag_offset,
+            window_left,
+            window_right,
+            num_n_blocks,
+            sQ_layout,
+            sKV_layout,
+            sP_layout,
+            gmem_tiled_copy_load,
+            gmem_tiled_copy_store,
+            tiled_mma_sdp,
+            tiled_mma_dkv,
+            tiled_mma_dq,
+            SharedStorage,
+        ).launch(
+            grid=[num_n_blocks * mK.shape[2] * mK.shape[0], 1, 1],
+            block=[self.num_threads, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+        )
+
+    # ---------------------------------------------------------------- device side
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mdO: cute.Tensor,
+        mLSE: cute.Tensor,
+        mD: cute.Tensor,
+        mdQaccum: cute.Tensor,
+        mdK: cute.Tensor,
+        mdV: cute.Tensor,
+        softmax_scale: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        num_n_blocks: Int32,
+        sQ_layout: cute.ComposedLayout,
+        sKV_layout: cute.ComposedLayout,
+        sP_layout: cute.ComposedLayout,
+        gmem_tiled_copy_load: cute.TiledCopy,
+        gmem_tiled_copy_store: cute.TiledCopy,
+        tiled_mma_sdp: cute.TiledMma,
+        tiled_mma_dkv: cute.TiledMma,
+        tiled_mma_dq: cute.TiledMma,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        cfg = self.config
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+
+        # ---- step 1: our K/V tile, and the Q tiles and query heads that see it
+        nheads_k = mK.shape[2]
+        n_block = bidx % num_n_blocks
+        kv_head_idx = (bidx // num_n_blocks) % nheads_k
+        batch_idx = bidx // num_n_blocks // nheads_k
+        qheads_per_kvhead = mQ.shape[2] // nheads_k
+        seqlen_q = mQ.shape[1]
+        seqlen_k = mK.shape[1]
+        head_dim = mQ.shape[3]
+        check_hdim = not cfg.exact_head_dim
+        tile_info = TileInfo(
+            self.block_m,
+            self.block_n,
+            cfg.mask_right,
+            cfg.mask_left,
+            seqlen_q,
+            seqlen_k,
+            diag_offset,
+            window_left,
+            window_right,
+        )
+        m_block_min, m_block_max = tile_info.m_block_range(n_block)
+        scale_log2 = softmax_scale * LOG2_E
+
+        tile_q = (self.block_m, self.head_dim_padded)
+        tile_kv = (self.block_n, self.head_dim_padded)
+        gK = cute.local_tile(mK[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
+        gV = cute.local_tile(mV[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
+
+        storage = cutlass.utils.SmemAllocator().allocate(SharedStorage)
+        sQ = storage.sQ.get_tensor(sQ_layout)
+        sdO = storage.sdO.get_tensor(sQ_layout)
+        sK = storage.sK.get_tensor(sKV_layout)
+        sV = storage.sV.get_tensor(sKV_layout)
+        sP = storage.sP.get_tensor(sP_layout)
+        sdS = storage.sdS.get_tensor(sP_layout)
+        sPt = _transposed(sP, self.block_m, self.block_n)  # (block_n, block_m)
+        sdSt = _transposed(sdS, self.block_m, self.block_n)
+        sQt = _transposed(sQ, self.block_m, self.head_dim_padded)  # (D, block_m)
+        sdOt = _transposed(sdO, self.block_m, self.head_dim_padded)
+        sKt = _transposed(sK, self.block_n, self.head_dim_padded)  # (D, block_n)
+
+        # ---- step 2: K and V once; Q and dO per Q tile (rows past seqlen_q zero-filled)
+        gmem_thr_copy = gmem_tiled_copy_load.get_slice(tidx)
+        gmem_thr0_copy = gmem_tiled_copy_load.get_slice(0)
+        tQcQ = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_q))
+        t0QcQ = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_q))
+        tKcK = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_kv))
+        t0KcK = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_kv))
+        tQpQ = gcopy.head_dim_predicate(tQcQ, head_dim)
+        tKpK = gcopy.head_dim_predicate(tKcK, head_dim)
+        kv_rows_left = seqlen_k - n_block * self.block_n
+        for g, s in ((gK, sK), (gV, sV)):
+            gcopy.copy_rows(
+                gmem_tiled_copy_load,
+                gmem_thr_copy.partition_S(g),
+                gmem_thr_copy.partition_D(s),
+                tKcK,
+                t0KcK,
+                tKpK,
+                kv_rows_left,
+                True,
+                check_hdim,
+                True,
+            )
+        cute.arch.cp_async_commit_group()
+
+        # ---- MMA partitions and the shared -> register copies of every operand
+        thr_mma_sdp = tiled_mma_sdp.get_slice(tidx)
+        thr_mma_dkv = tiled_mma_dkv.get_slice(tidx)
+        thr_mma_dq = tiled_mma_dq.get_slice(tidx)
+        ldsm = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
+        ldsm_t = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.dtype)
+        copy_A_sdp = cute.make_tiled_copy_A(ldsm, tiled_mma_sdp).get_slice(tidx)
+        copy_B_sdp = cute.make_tiled_copy_B(ldsm, tiled_mma_sdp).get_slice(tidx)
+        copy_A_dkv = cute.make_tiled_copy_A(ldsm_t, tiled_mma_dkv).get_slice(tidx)
+        copy_B_dkv = cute.make_tiled_copy_B(ldsm_t, tiled_mma_dkv).get_slice(tidx)
+        copy_A_dq = cute.make_tiled_copy_A(ldsm, tiled_mma_dq).get_slice(tidx)
+        copy_B_dq = cute.make_tiled_copy_B(ldsm_t, tiled_mma_dq).get_slice(tidx)
+        frag = SimpleNamespace(  # register fragments of every MMA operand
+            rQ=thr_mma_sdp.make_fragment_A(thr_mma_sdp.partition_A(sQ)),
+            rdO=thr_mma_sdp.make_fragment_A(thr_mma_sdp.partition_A(sdO)),
+            rK=thr_mma_sdp.make_fragment_B(thr_mma_sdp.partition_B(sK)),
+            rV=thr_mma_sdp.make_fragment_B(thr_mma_sdp.partition_B(sV)),
+            rPt=thr_mma_dkv.make_fragment_A(thr_mma_dkv.partition_A(sPt)),
+            rdSt=thr_mma_dkv.make_fragment_A(thr_mma_dkv.partition_A(sdSt)),
+            rdOt=thr_mma_dkv.make_fragment_B(thr_mma_dkv.partition_B(sdOt)),
+            rQt=thr_mma_dkv.make_fragment_B(thr_mma_dkv.partition_B(sQt)),
+            rdS=thr_mma_dq.make_fragment_A(thr_mma_dq.partition_A(sdS)),
+            rKt=thr_mma_dq.make_fragment_B(thr_mma_dq.partition_B(sKt)),
+        )
+        acc_dK = cute.make_rmem_tensor(thr_mma_dkv.partition_shape_C(tile_kv), Float32)
+        acc_dV = cute.make_rmem_tensor(thr_mma_dkv.partition_shape_C(tile_kv), Float32)
+        acc_dK.fill(0.0)
+        acc_dV.fill(0.0)
+        mask = AttentionMask(tile_info, thr_mma_sdp, tiled_mma_sdp.get_slice(0))
+        store_P = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype), tiled_mma_sdp)
+        store_P = store_P.get_slice(tidx)
+        tPsP, tdSsdS = store_P.partition_D(sP), store_P.partition_D(sdS)
+        # (row, col) of each S element, for LSE and D per row
+        tScS = acc_rows_cols(thr_mma_sdp.partition_C(cute.make_identity_tensor((self.block_m, self.block_n))))
+        # dQ: this thread's elements of a (block_m, D) tile and their coordinates, for the atomic adds
+        tdQcdQ = thr_mma_dq.partition_C(cute.make_identity_tensor(tile_q))
+
+        st = SimpleNamespace(
+            mQ=mQ,
+            mdO=mdO,
+            mLSE=mLSE,
+            mD=mD,
+            mdQaccum=mdQaccum,
+            sQ=sQ,
+            sdO=sdO,
+            sK=sK,
+            sV=sV,
+            sdS=sdS,
+            sPt=sPt,
+            sdSt=sdSt,
+            sQt=sQt,
+            sdOt=sdOt,
+            sKt=sKt,
+            gmem_tiled_copy_load=gmem_tiled_copy_load,
+            gmem_thr_copy=gmem_thr_copy,
+            tQcQ=tQcQ,
+            t0QcQ=t0QcQ,
+            tQpQ=tQpQ,
+            tiled_mma_sdp=tiled_mma_sdp,
+            tiled_mma_dkv=tiled_mma_dkv,
+            tiled_mma_dq=tiled_mma_dq,
+            thr_mma_sdp=thr_mma_sdp,
+            thr_mma_dq=thr_mma_dq,
+            copy_A_sdp=copy_A_sdp,
+            copy_B_sdp=copy_B_sdp,
+            copy_A_dkv=copy_A_dkv,
+            copy_B_dkv=copy_B_dkv,
+            copy_A_dq=copy_A_dq,
+            copy_B_dq=copy_B_dq,
+            store_P=store_P,
+            tPsP=tPsP,
+            tdSsdS=tdSsdS,
+            tScS=tScS,
+            tdQcdQ=tdQcdQ,
+            batch_idx=batch_idx,
+            seqlen_q=seqlen_q,
+            head_dim=head_dim,
+            scale_log2=scale_log2,
+        )
+        num_m_blocks = m_block_max - m_block_min
+        for i in cutlass.range(qheads_per_kvhead * num_m_blocks, unroll=1):
+            head_idx = kv_head_idx * qheads_per_kvhead + i // num_m_blocks
+            self.compute_one_m_block(st, frag, mask, acc_dK, acc_dV, head_idx, m_block_min + i % num_m_blocks, n_block)
+
+        # ---- step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes)
+        acc_dK.store(acc_dK.load() * softmax_scale)
+        gdK = cute.local_tile(mdK[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
+        gdV = cute.local_tile(mdV[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.sync_threads()
+        store_o(acc_dK, sK, gdK, tiled_mma_dkv, gmem_tiled_copy_store, tidx, kv_rows_left, head_dim, check_hdim)
+        store_o(acc_dV, sV, gdV, tiled_mma_dkv, gmem_tiled_copy_store, tidx, kv_rows_left, head_dim, check_hdim)
+
+    @cute.jit
+    def compute_one_m_block(
+        self,
+        st: SimpleNamespace,
+        frag: SimpleNamespace,
+        mask: AttentionMask,
+        acc_dK: cute.Tensor,
+        acc_dV: cute.Tensor,
+        head_idx: Int32,
+        m_block: Int32,
+        n_block: Int32,
+    ):
+        """One Q tile of one query head against this thread block's K/V tile: steps 2 to 6 of the backward."""
+        cfg = self.config
+        tile_q = (self.block_m, self.head_dim_padded)
+        batch_idx, seqlen_q, head_dim = st.batch_idx, st.seqlen_q, st.head_dim
+        check_hdim = not cfg.exact_head_dim
+        rows_left = seqlen_q - m_block * self.block_m
+        # Q, dO -> shared memory; every warp is done with the previous tile's st.sQ, st.sdO, sP, st.sdS (last barrier)
+        gQ = cute.local_tile(st.mQ[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        gdO = cute.local_tile(st.mdO[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        for g, s in ((gQ, st.sQ), (gdO, st.sdO)):
+            gcopy.copy_rows(
+                st.gmem_tiled_copy_load,
+                st.gmem_thr_copy.partition_S(g),
+                st.gmem_thr_copy.partition_D(s),
+                st.tQcQ,
+                st.t0QcQ,
+                st.tQpQ,
+                rows_left,
+                True,
+                check_hdim,
+                True,
+            )
+        cute.arch.cp_async_commit_group()
+        # LSE * log2(e) and D for this thread's rows (+inf / 0 past seqlen_q and for rows that see no key)
+        lse_log2 = cute.make_rmem_tensor(cute.size(st.tScS, mode=[0]), Float32)
+        d_row = cute.make_rmem_tensor(cute.size(st.tScS, mode=[0]), Float32)
+        for r in cutlass.range_constexpr(cute.size(lse_log2)):
+            row = m_block * self.block_m + st.tScS[r, 0][0]
+            lse_log2[r] = Float32.inf
+            d_row[r] = Float32(0.0)
+            if row < seqlen_q:
+                lse = st.mLSE[batch_idx, head_idx, row]
+                lse_log2[r] = Float32.inf if lse == -Float32.inf else lse * LOG2_E
+                d_row[r] = st.mD[batch_idx, head_idx, row]
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.sync_threads()
+
+        # step 3: S = Q K^T and dP = dO V^T
+        acc_S = cute.make_rmem_tensor(st.thr_mma_sdp.partition_shape_C((self.block_m, self.block_n)), Float32)
+        acc_dP = cute.make_rmem_tensor(st.thr_mma_sdp.partition_shape_C((self.block_m, self.block_n)), Float32)
+        acc_S.fill(0.0)
+        acc_dP.fill(0.0)
+        tSsQ, tSsK = st.copy_A_sdp.partition_S(st.sQ), st.copy_B_sdp.partition_S(st.sK)
+        gemm_ss(st.tiled_mma_sdp, acc_S, frag.rQ, frag.rK, tSsQ, tSsK, st.copy_A_sdp, st.copy_B_sdp)
+        # step 4: mask; step 5: P = exp2(S * st.scale_log2 - LSE log2 e)
+        mask.apply(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
+        recompute_probs(acc_S, lse_log2, st.scale_log2)
+        tdPsdO, tdPsV = st.copy_A_sdp.partition_S(st.sdO), st.copy_B_sdp.partition_S(st.sV)
+        gemm_ss(st.tiled_mma_sdp, acc_dP, frag.rdO, frag.rV, tdPsdO, tdPsV, st.copy_A_sdp, st.copy_B_sdp)
+        # dS = P * (dP - D)
+        p_rc, dp_rc = acc_rows_cols(acc_S), acc_rows_cols(acc_dP)
+        for r in cutlass.range_constexpr(cute.size(d_row)):
+            dp_rc[r, None].store(p_rc[r, None].load() * (dp_rc[r, None].load() - d_row[r]))
+        # P and dS -> shared memory in 16 bits: their transposes are the A operands of dV and dK
+        rP = cute.make_fragment_like(acc_S, self.dtype)
+        rP.store(acc_S.load().to(self.dtype))
+        rdS = cute.make_fragment_like(acc_dP, self.dtype)
+        rdS.store(acc_dP.load().to(self.dtype))
+        cute.copy(st.store_P, st.store_P.retile(rP), st.tPsP)
+        cute.copy(st.store_P, st.store_P.retile(rdS), st.tdSsdS)
+        cute.arch.sync_threads()
+
+        # step 6: dV += P^T dO, dK += dS^T Q
+        gemm_ss(
+            st.tiled_mma_dkv,
+            acc_dV,
+            frag.rPt,
+            frag.rdOt,
+            st.copy_A_dkv.partition_S(st.sPt),
+            st.copy_B_dkv.partition_S(st.sdOt),
+            st.copy_A_dkv,
+            st.copy_B_dkv,
+        )
+        gemm_ss(
+            st.tiled_mma_dkv,
+            acc_dK,
+            frag.rdSt,
+            frag.rQt,
+            st.copy_A_dkv.partition_S(st.sdSt),
+            st.copy_B_dkv.partition_S(st.sQt),
+            st.copy_A_dkv,
+            st.copy_B_dkv,
+        )
+        # dQ += dS K, added into the fp32 buffer (other thread blocks add their K/V tiles' parts)
+        acc_dQ = cute.make_rmem_tensor(st.thr_mma_dq.partition_shape_C(tile_q), Float32)
+        acc_dQ.fill(0.0)
+        gemm_ss(
+            st.tiled_mma_dq,
+            acc_dQ,
+            frag.rdS,
+            frag.rKt,
+            st.copy_A_dq.partition_S(st.sdS),
+            st.copy_B_dq.partition_S(st.sKt),
+            st.copy_A_dq,
+            st.copy_B_dq,
+        )
+        gdQ = cute.local_tile(st.mdQaccum[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        tdQgdQ = st.thr_mma_dq.partition_C(gdQ)
+        for e in cutlass.range_constexpr(cute.size(acc_dQ)):
+            coord = st.tdQcdQ[e]
+            if coord[0] < rows_left and coord[1] < head_dim:
+                ptr = tdQgdQ.iterator + cute.crd2idx(coord, gdQ.layout)
+                cute.arch.red(ptr, acc_dQ[e], op="add", dtype=Float32, sem="relaxed", scope="gpu")
+        cute.arch.sync_threads()  # every warp is done with st.sQ, st.sdO, sP, st.sdS before the next tile loads

@@ -1,0 +1,67 @@
+"""The torch boundary without a GPU: fake (meta) kernels, autograd registration, torch.compile tracing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from flashcute.interface import flash_attn_func
+from flashcute.reference import attention_ref
+
+
+@pytest.fixture
+def fake_mode():
+    return FakeTensorMode()
+
+
+def fake_cuda(mode: FakeTensorMode, *shape: int, dtype=torch.bfloat16) -> torch.Tensor:
+    """A fake CUDA tensor: shape, dtype and device only, on a machine that may have no GPU."""
+    return FakeTensor(mode, torch.empty(*shape, dtype=dtype, device="meta"), torch.device("cuda:0"))
+
+
+def test_fake_kernels_propagate_shapes(fake_mode):
+    with fake_mode:
+        q, k, v = (fake_cuda(fake_mode, 2, n, h, 64) for n, h in ((128, 8), (96, 2), (96, 2)))
+        out, lse = torch.ops.flashcute.fwd(q, k, v, 0.125, -32, -1, 0, "auto")
+        assert (out.shape, out.dtype, out.device.type) == (q.shape, q.dtype, "cuda")
+        assert (lse.shape, lse.dtype) == ((2, 8, 128), torch.float32)
+        dq, dk, dv = torch.ops.flashcute.bwd(out, q, k, v, out, lse, 0.125, -32, -1, 0)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+        assert dk.dtype == k.dtype
+
+
+def test_forward_op_has_an_autograd_formula():
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("flashcute::fwd", "Autograd")
+
+
+def test_torch_compile_traces_one_graph(fake_mode):
+    """fullgraph=True: validation, dispatch and the op trace without a graph break."""
+    graphs = []
+
+    def capture(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    def model(q, k, v):
+        return flash_attn_func(q, k, v, causal=True).float().square().mean()
+
+    with fake_mode:
+        q, k, v = (fake_cuda(fake_mode, 2, n, 4, 64) for n in (128, 96, 96))
+        loss = torch.compile(model, fullgraph=True, backend=capture)(q, k, v)
+    assert loss.shape == ()
+    assert len(graphs) == 1
+    ops = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
+    assert torch.ops.flashcute.fwd.default in ops
+
+
+def test_deterministic_backward_is_refused_not_faked():
+    q = torch.zeros(1, 8, 1, 64, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="deterministic"):
+        flash_attn_func(q, q, q, deterministic=True)
+
+
+def test_gradcheck_of_the_spec():
+    """The spec's own gradient, which the backward kernel is held to, agrees with finite differences."""
+    q, k, v = (torch.randn(1, 5, 2, 8, dtype=torch.float64, requires_grad=True) for _ in "qkv")
+    assert torch.autograd.gradcheck(lambda *t: attention_ref(*t, causal=True, window_size=(3, -1)), (q, k, v))
