@@ -368,7 +368,7 @@ class FlashAttentionBackwardSm80:
         batch_idx, seqlen_q, head_dim = st.batch_idx, st.seqlen_q, st.head_dim
         check_hdim = not cfg.exact_head_dim
         rows_left = seqlen_q - m_block * self.block_m
-        # Q, dO -> shared memory; every warp is done with the previous tile's st.sQ, st.sdO, sP, st.sdS (last barrier)
+        # Q, dO -> shared memory; every warp is done with the previous tile's sQ, sdO, sP, sdS (last barrier)
         gQ = cute.local_tile(st.mQ[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
         gdO = cute.local_tile(st.mdO[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
         for g, s in ((gQ, st.sQ), (gdO, st.sdO)):
@@ -406,7 +406,7 @@ class FlashAttentionBackwardSm80:
         acc_dP.fill(0.0)
         tSsQ, tSsK = st.copy_A_sdp.partition_S(st.sQ), st.copy_B_sdp.partition_S(st.sK)
         gemm_ss(st.tiled_mma_sdp, acc_S, frag.rQ, frag.rK, tSsQ, tSsK, st.copy_A_sdp, st.copy_B_sdp)
-        # step 4: mask; step 5: P = exp2(S * st.scale_log2 - LSE log2 e)
+        # step 4: mask; step 5: P = exp2(S * scale_log2 - LSE log2 e)
         mask.apply(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
         recompute_probs(acc_S, lse_log2, st.scale_log2)
         tdPsdO, tdPsV = st.copy_A_sdp.partition_S(st.sdO), st.copy_B_sdp.partition_S(st.sV)
@@ -459,10 +459,9 @@ class FlashAttentionBackwardSm80:
             st.copy_B_dq,
         )
         gdQ = cute.local_tile(st.mdQaccum[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
-        tdQgdQ = st.thr_mma_dq.partition_C(gdQ)
         for e in cutlass.range_constexpr(cute.size(acc_dQ)):
             coord = st.tdQcdQ[e]
             if coord[0] < rows_left and coord[1] < head_dim:
-                ptr = tdQgdQ.iterator + cute.crd2idx(coord, gdQ.layout)
+                ptr = gdQ.iterator + cute.crd2idx(coord, gdQ.layout)
                 cute.arch.red(ptr, acc_dQ[e], op="add", dtype=Float32, sem="relaxed", scope="gpu")
-        cute.arch.sync_threads()  # every warp is done with st.sQ, st.sdO, sP, st.sdS before the next tile loads
+        cute.arch.sync_threads()  # every warp is done with sQ, sdO, sP, sdS before the next tile loads
