@@ -29,20 +29,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print one row per variant; 1 if any variant failed to compile, else 0 (spills are reported, not failed)."""
     from flashcute.kernels.sass import inspect_variants, variant_label
-    from flashcute.kernels.variants import fwd_variants
+    from flashcute.kernels.variants import bwd_variants, fwd_variants
 
-    configs = [c for c in fwd_variants(args.exact_only) if args.headdim is None or c.head_dim_padded in args.headdim]
+    configs = [
+        config
+        for config in (*fwd_variants(args.exact_only), *bwd_variants(args.exact_only))
+        if args.headdim is None or config.head_dim_padded in args.headdim
+    ]
     variants = [(config, arch) for arch in args.arch for config in configs]
     print(f"compiling {len(variants)} variants with {args.jobs} processes ...", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="flashcute-check-") as tmp:
         reports = inspect_variants(variants, args.keep or Path(tmp), args.jobs)
-    header = f"{'arch':<7} {'variant':<32} {'regs':>4} {'stack':>5} {'STL+LDL':>7} " + " ".join(
+    header = f"{'arch':<7} {'variant':<36} {'regs':>4} {'stack':>5} {'STL+LDL':>7} " + " ".join(
         f"{name:>{max(len(name), 6)}}" for name in COLUMNS
     )
     lines, failed, spilled = [header], 0, 0
     for (config, arch), report in zip(variants, reports, strict=True):
-        row = f"{arch:<7} {variant_label(config):<32}"
+        row = f"{arch:<7} {variant_label(config):<36}"
         if isinstance(report, Exception):
             failed += 1
             lines.append(f"{row} failed: {type(report).__name__}: {report}")

@@ -126,6 +126,9 @@ class BwdConfig:
     warps_m_dq: int
     mask_right: bool
     mask_left: bool
+    accumulate_dq: bool = True
+    """True: this kernel also adds dQ with fp32 atomics. False (deterministic mode): dQ comes from the DQConfig
+    kernel, which walks the K/V tiles of one Q tile in a fixed order."""
 
     def smem_bytes(self) -> int:
         """Q and dO tiles, K and V tiles, P and dS tiles, 2 bytes an element."""
@@ -148,7 +151,9 @@ _SM80_BWD_TILES: dict[int, tuple[int, int, int, int, int, int]] = {
 
 
 @functools.cache
-def bwd_config(head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1) -> BwdConfig:
+def bwd_config(
+    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, deterministic: bool = False
+) -> BwdConfig:
     """The heuristic for the sm80 backward kernel (window_right = 0 is causal)."""
     bucket = head_dim_bucket(head_dim)
     block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq = _SM80_BWD_TILES[bucket]
@@ -162,6 +167,55 @@ def bwd_config(head_dim: int, dtype: str, window_left: int = -1, window_right: i
         warps_m_sdp=warps_m_sdp,
         warps_n_dkv=warps_n_dkv,
         warps_m_dq=warps_m_dq,
+        mask_right=window_right >= 0,
+        mask_left=window_left >= 0,
+        accumulate_dq=not deterministic,
+    )
+
+
+@dataclass(frozen=True)
+class DQConfig:
+    """Static configuration of the deterministic dQ kernel: one thread block per (block_m, head_dim) tile of dQ,
+    walking its K/V tiles in order, num_warps warps stacked along M (the forward's shape of work)."""
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    block_n: int
+    num_warps: int
+    mask_right: bool
+    mask_left: bool
+
+    def smem_bytes(self) -> int:
+        """Q and dO tiles, K and V tiles, 2 bytes an element."""
+        return 2 * self.head_dim_padded * 2 * (self.block_m + self.block_n)
+
+
+# (block_m, block_n, num_warps): dQ, S and dP accumulate in registers, (block_m * (D + 2 block_n)) / threads
+# fp32 values a thread. Not yet tuned on the H200.
+_SM80_DQ_TILES: dict[int, tuple[int, int, int]] = {
+    32: (64, 64, 4),
+    64: (64, 64, 4),
+    96: (64, 64, 4),
+    128: (64, 64, 4),
+    192: (64, 32, 4),
+    256: (64, 32, 4),
+}
+
+
+@functools.cache
+def dq_config(head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1) -> DQConfig:
+    """The heuristic for the deterministic dQ kernel."""
+    bucket = head_dim_bucket(head_dim)
+    block_m, block_n, num_warps = _SM80_DQ_TILES[bucket]
+    return DQConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=block_m,
+        block_n=block_n,
+        num_warps=num_warps,
         mask_right=window_right >= 0,
         mask_left=window_left >= 0,
     )

@@ -13,7 +13,7 @@ import functools
 import torch
 
 from flashcute import compile_cache
-from flashcute.config import bwd_config, fwd_config
+from flashcute.config import bwd_config, dq_config, fwd_config
 from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs, validate_pointers
 
 KERNELS = ("sm80",)
@@ -103,27 +103,36 @@ def launch_bwd(
     diag_offset: int,
     window_left: int,
     window_right: int,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The backward pass: preprocess D = rowsum(dO * O), the kernel (dK, dV, and dQ by fp32 atomics), then dQ
-    scaled and cast. Returns (dq, dk, dv) shaped like q, k, v."""
-    from flashcute.kernels.build import compile_bwd
+    """The backward pass; returns (dq, dk, dv) shaped like q, k, v.
+
+    Preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32 atomics into a zeroed
+    buffer, then scaled and cast (default), or, deterministic, from the dQ kernel, which adds in a fixed order.
+    """
+    from flashcute.kernels.build import compile_kernel
 
     if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
         dout = dout.contiguous()
     validate_pointers(q=q, k=k, v=v, dout=dout)
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (batch, nheads, seqlen_q)
-    dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    config = bwd_config(q.shape[-1], _dtype_name(q), window_left=window_left, window_right=window_right)
-    arch = device_arch(q.device)
-    kernel = compile_cache.get_compiled(arch, config, functools.partial(compile_bwd, config, arch))
-    _run_on_device(
-        q.device,
-        kernel,
-        *(q, k, v, dout, lse, delta, dq_accum, dk, dv),
-        *(softmax_scale, diag_offset, window_left, window_right),
-    )
+    scalars = (softmax_scale, diag_offset, window_left, window_right)
+    dtype, head_dim, arch = _dtype_name(q), q.shape[-1], device_arch(q.device)
+    window = {"window_left": window_left, "window_right": window_right}
+
+    def kernel(config):
+        return compile_cache.get_compiled(arch, config, functools.partial(compile_kernel, config, arch))
+
+    dkv_kernel = kernel(bwd_config(head_dim, dtype, deterministic=deterministic, **window))
+    if deterministic:
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        _run_on_device(q.device, dkv_kernel, q, k, v, dout, lse, delta, None, dk, dv, *scalars)
+        _run_on_device(q.device, kernel(dq_config(head_dim, dtype, **window)), q, k, v, dout, lse, delta, dq, *scalars)
+        return dq, dk, dv
+    dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    _run_on_device(q.device, dkv_kernel, q, k, v, dout, lse, delta, dq_accum, dk, dv, *scalars)
     return (dq_accum * softmax_scale).to(q.dtype), dk, dv
 
 
@@ -137,6 +146,7 @@ def _fwd(
     window_left: int,
     window_right: int,
     kernel: str,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_kernel(kernel, q.device)
     batch, seqlen_q, nheads, _ = q.shape
@@ -147,7 +157,7 @@ def _fwd(
 
 
 @_fwd.register_fake
-def _fwd_fake(q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel):
+def _fwd_fake(q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel, deterministic):
     batch, seqlen_q, nheads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
 
@@ -164,27 +174,28 @@ def _bwd(
     diag_offset: int,
     window_left: int,
     window_right: int,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return launch_bwd(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+    return launch_bwd(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, deterministic)
 
 
 @_bwd.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right):
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, deterministic):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, softmax_scale, diag_offset, window_left, window_right, _ = inputs
+    q, k, v, softmax_scale, diag_offset, window_left, window_right, _, deterministic = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.scalars = (softmax_scale, diag_offset, window_left, window_right)
+    ctx.scalars = (softmax_scale, diag_offset, window_left, window_right, deterministic)
     ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
 
 
 def _backward(ctx, dout, _dlse):
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = _bwd(dout, q, k, v, out, lse, *ctx.scalars)
-    return dq, dk, dv, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 _fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -210,8 +221,9 @@ def flash_attn_func(
     flash_attn's convention) or, with causal_align="top_left", keys j > i (the seed's rule). window_size=(left,
     right) keeps keys within [i + offset - left, i + offset + right]; -1 means unbounded. A query that sees no key
     gets O = 0 and LSE = -inf. Returns out (batch, seqlen_q, nheads, headdim), and with return_lse also
-    lse (batch, nheads, seqlen_q), float32, natural log (not differentiable). ``deterministic=True`` asks for a
-    bitwise-reproducible backward, which flashcute does not have yet: with inputs that require grad it raises.
+    lse (batch, nheads, seqlen_q), float32, natural log (not differentiable). The backward adds dQ with fp32
+    atomics by default; ``deterministic=True`` computes dQ in a separate kernel that adds in a fixed order, so
+    gradients are bitwise reproducible (slower). The forward is deterministic either way.
     ``kernel`` picks a kernel by name (see ``available_kernels``); the default picks the fastest for the device.
     Under ``torch.autocast("cuda")`` float32 inputs are cast to the autocast dtype.
     """
@@ -219,16 +231,13 @@ def flash_attn_func(
     for name, flag in (("deterministic", deterministic), ("return_lse", return_lse)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {flag!r}")
-    if deterministic and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError(
-            "deterministic=True: flashcute's backward adds dQ with fp32 atomics, so it is not bitwise reproducible "
-            "yet; use deterministic=False"
-        )
     if q.dtype == torch.float32 and q.is_cuda and torch.is_autocast_enabled("cuda"):
         q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))  # the op is no autocast-aware op
     q, k, v = validate_cuda_inputs(q, k, v, args)
     if kernel is not None and not isinstance(kernel, str):
         raise TypeError(f"kernel must be a str or None, got {kernel!r}")
     window_left, window_right = kernel_window(args)
-    out, lse = _fwd(q, k, v, args.softmax_scale, args.diagonal_offset, window_left, window_right, kernel or "auto")
+    out, lse = _fwd(
+        q, k, v, args.softmax_scale, args.diagonal_offset, window_left, window_right, kernel or "auto", deterministic
+    )
     return (out, lse) if return_lse else out

@@ -21,10 +21,10 @@ def grads(fn, q, k, v, dout):
     return q.grad, k.grad, v.grad
 
 
-def check_grads(q, k, v, atol=1e-4, **options):
+def check_grads(q, k, v, atol=1e-4, deterministic=False, **options):
     """flashcute's dQ, dK, dV must be within 2x the same-precision PyTorch baseline's error + atol of float64."""
     dout = torch.randn_like(q)
-    ours = grads(lambda *t: flashcute.flash_attn_func(*t, **options), q, k, v, dout)
+    ours = grads(lambda *t: flashcute.flash_attn_func(*t, deterministic=deterministic, **options), q, k, v, dout)
     base = grads(lambda *t: attention_same_precision(*t, **options), q, k, v, dout)
     spec = grads(lambda *t: attention_ref(*t, **options), *(t.double() for t in (q, k, v)), dout.double())
     for name, g, b, r in zip(("dq", "dk", "dv"), ours, base, spec, strict=True):
@@ -70,6 +70,18 @@ def test_gqa_sums_dk_dv_over_the_group(nheads_k):
 def test_packed_qkv_views():
     qkv = randn(2, 177, 3, 4, 64)
     check_grads(*qkv.unbind(dim=2), causal=True)
+
+
+@pytest.mark.parametrize("mask", MASKS, ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128, 200])
+def test_deterministic_is_bitwise_reproducible_and_right(mask, head_dim):
+    q = randn(2, 333, 4, head_dim)
+    k, v = (randn(2, 517, 2, head_dim) for _ in "kv")
+    check_grads(q, k, v, deterministic=True, **mask)
+    dout = torch.randn_like(q)
+    runs = [grads(lambda *t: flashcute.flash_attn_func(*t, deterministic=True, **mask), q, k, v, dout) for _ in "ab"]
+    for first, second in zip(*runs, strict=True):
+        assert torch.equal(first, second)
 
 
 def test_torch_compile_fullgraph_forward_and_backward():

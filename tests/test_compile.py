@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from flashcute.config import BwdConfig, FwdConfig
+from flashcute.config import BwdConfig, DQConfig, FwdConfig
 from flashcute.kernels.build import ARCHS
 from flashcute.kernels.sass import SassReport, inspect_variants, variant_label
 from flashcute.kernels.variants import bwd_variants, fwd_variants
@@ -174,19 +174,22 @@ def report_of(reports: dict[str, SassReport | Exception], variant_id: str) -> Sa
 
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
-def test_sass_holds_the_algorithms_instructions(reports, config: FwdConfig | BwdConfig, arch: str):
+def test_sass_holds_the_algorithms_instructions(reports, config: FwdConfig | BwdConfig | DQConfig, arch: str):
     report = report_of(reports, f"{arch}-{variant_label(config)}")
     assert report.arch == arch  # the cubin is really for the target asked for
     mma = "HMMA.16816.F32.BF16" if config.dtype == "bfloat16" else "HMMA.16816.F32"
     assert {op for op in report.opcodes if op.startswith("HMMA")} == {mma}
     for opcode in ("LDGSTS", "LDSM", "LDSM.16.MT88", "MUFU.EX2"):
         assert report.count(opcode) > 0, f"no {opcode} in the SASS"
-    if isinstance(config, BwdConfig):
-        assert report.count("RED.E.ADD.F32") + report.count("REDG.E.ADD.F32") > 0, "no fp32 reduction for dQ"
+    reductions = report.count("RED.E.ADD.F32") + report.count("REDG.E.ADD.F32")
+    if isinstance(config, BwdConfig) and config.accumulate_dq:
+        assert reductions > 0, "no fp32 reduction for dQ"
+    else:
+        assert reductions == 0, "atomics in a kernel that must add in a fixed order"
 
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
-def test_no_register_spills_but_the_known_ones(reports, config: FwdConfig | BwdConfig, arch: str):
+def test_no_register_spills_but_the_known_ones(reports, config: FwdConfig | BwdConfig | DQConfig, arch: str):
     variant_id = f"{arch}-{variant_label(config)}"
     report = report_of(reports, variant_id)
     found = f"{report.registers} registers, {report.stack_bytes} bytes of stack, {report.count('STL')} STL"

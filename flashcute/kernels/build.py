@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flashcute.config import BwdConfig, FwdConfig
+from flashcute.config import BwdConfig, DQConfig, FwdConfig
 
 ARCHS = ("sm_80", "sm_90a")
 
@@ -35,7 +35,6 @@ def _fake_bshd(dtype, batch, seqlen, heads, head_dim):
 def compile_fwd(config: FwdConfig, arch: str, dump_dir: Path | None = None):
     """Compile the sm80 forward kernel for ``config`` and target ``arch`` ("sm_80" or "sm_90a")."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
-    import cutlass
     import cutlass.cute as cute
 
     from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES, FlashAttentionForwardSm80
@@ -50,17 +49,15 @@ def compile_fwd(config: FwdConfig, arch: str, dump_dir: Path | None = None):
     k = _fake_bshd(dtype, batch, seqlen_k, nheads_k, head_dim)
     v = _fake_bshd(dtype, batch, seqlen_k, nheads_k, head_dim)
     o = _fake_bshd(dtype, batch, seqlen_q, nheads, head_dim)
-    lse = cute.runtime.make_fake_tensor(
-        cutlass.Float32, (batch, nheads, seqlen_q), stride=(cute.sym_int64(), cute.sym_int64(), 1), assumed_align=4
-    )
+    lse = _fake_row_stats(batch, nheads, seqlen_q)
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
     kernel = FlashAttentionForwardSm80(config)
     return cute.compile(kernel, q, k, v, o, lse, 1.0, 0, -1, -1, stream, options=_options(arch, dump_dir))
 
 
-def compile_kernel(config: FwdConfig | BwdConfig, arch: str, dump_dir: Path | None = None):
-    """Compile whichever kernel ``config`` configures (forward or backward)."""
-    build = compile_bwd if isinstance(config, BwdConfig) else compile_fwd
+def compile_kernel(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None):
+    """Compile whichever kernel ``config`` configures."""
+    build = {FwdConfig: compile_fwd, BwdConfig: compile_bwd, DQConfig: compile_dq}[type(config)]
     return build(config, arch, dump_dir)
 
 
@@ -90,15 +87,42 @@ def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
     head_dim = config.head_dim_padded if config.exact_head_dim else cute.sym_int(divisibility=8)
     q, do = (_fake_bshd(dtype, batch, seqlen_q, nheads, head_dim) for _ in range(2))
     k, v, dk, dv = (_fake_bshd(dtype, batch, seqlen_k, nheads_k, head_dim) for _ in range(4))
-    dq_accum = _fake_bshd(cutlass.Float32, batch, seqlen_q, nheads, head_dim)
-    lse, d = (
-        cute.runtime.make_fake_tensor(
-            cutlass.Float32, (batch, nheads, seqlen_q), stride=(cute.sym_int64(), cute.sym_int64(), 1), assumed_align=4
-        )
-        for _ in range(2)
-    )
+    dq_accum = _fake_bshd(cutlass.Float32, batch, seqlen_q, nheads, head_dim) if config.accumulate_dq else None
+    lse, d = (_fake_row_stats(batch, nheads, seqlen_q) for _ in range(2))
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
     kernel = FlashAttentionBackwardSm80(config)
     return cute.compile(
         kernel, q, k, v, do, lse, d, dq_accum, dk, dv, 1.0, 0, -1, -1, stream, options=_options(arch, dump_dir)
     )
+
+
+def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
+    """Compile the deterministic dQ kernel; the function takes
+    (q, k, v, dout, lse, d, dq, softmax_scale, diag_offset, window_left, window_right)."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import cutlass.cute as cute
+
+    from flashcute.kernels.sm80.bwd_dq import FlashAttentionBackwardDQSm80
+    from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
+
+    reason = FlashAttentionBackwardDQSm80.can_implement(config, arch)
+    if reason is not None:
+        raise ValueError(f"cannot build the sm80 dQ kernel for {config}: {reason}")
+    dtype = CUTLASS_DTYPES[config.dtype]
+    batch, seqlen_q, seqlen_k, nheads, nheads_k = (cute.sym_int() for _ in range(5))
+    head_dim = config.head_dim_padded if config.exact_head_dim else cute.sym_int(divisibility=8)
+    q, do, dq = (_fake_bshd(dtype, batch, seqlen_q, nheads, head_dim) for _ in range(3))
+    k, v = (_fake_bshd(dtype, batch, seqlen_k, nheads_k, head_dim) for _ in range(2))
+    lse, d = (_fake_row_stats(batch, nheads, seqlen_q) for _ in range(2))
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    kernel = FlashAttentionBackwardDQSm80(config)
+    return cute.compile(kernel, q, k, v, do, lse, d, dq, 1.0, 0, -1, -1, stream, options=_options(arch, dump_dir))
+
+
+def _fake_row_stats(batch, nheads, seqlen_q):
+    """A (batch, nheads, seqlen_q) float32 tensor with a unit last stride: LSE, or D = rowsum(dO * O)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    strides = (cute.sym_int64(), cute.sym_int64(), 1)
+    return cute.runtime.make_fake_tensor(cutlass.Float32, (batch, nheads, seqlen_q), stride=strides, assumed_align=4)

@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashcute.config import BwdConfig, FwdConfig
+from flashcute.config import BwdConfig, DQConfig, FwdConfig
 
 # `/*0a40*/  @!P0 LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64] ;` -> "LDGSTS.E.BYPASS.LTC128B.128"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
@@ -60,16 +60,21 @@ class SassReport:
         return sum(self.opcodes.values())
 
 
-def variant_label(config: FwdConfig | BwdConfig) -> str:
+def variant_label(config: FwdConfig | BwdConfig | DQConfig) -> str:
     """A short name for a config: "bfloat16-d128-128x64w4s1-right" is bf16, head dim 128, block_m x block_n,
     4 warps, 1 K/V stage, causal-like mask; "d128pad" is a head dim padded up to 128; masks: nomask, right, left,
-    both. Backward configs start with "bwd-" and have no stage count."""
+    both. Backward kernels start with "bwd-" (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic
+    mode) or "dq-" (the deterministic dQ kernel) and have no stage count."""
     head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
     tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}"
+    prefix = ""
     if isinstance(config, BwdConfig):
-        return f"bwd-{config.dtype}-{head_dim}-{tiles}-{MASK_NAMES[config.mask_right, config.mask_left]}"
-    tiles += f"s{config.num_stages}"
-    return f"{config.dtype}-{head_dim}-{tiles}-{MASK_NAMES[config.mask_right, config.mask_left]}"
+        prefix = "bwd-" if config.accumulate_dq else "bwdnodq-"
+    elif isinstance(config, DQConfig):
+        prefix = "dq-"
+    else:
+        tiles += f"s{config.num_stages}"
+    return f"{prefix}{config.dtype}-{head_dim}-{tiles}-{MASK_NAMES[config.mask_right, config.mask_left]}"
 
 
 def tool(name: str) -> Path:
@@ -111,7 +116,7 @@ def inspect_cubin(cubin: Path) -> SassReport:
     return SassReport(arch=arch, registers=registers, stack_bytes=stack_bytes, opcodes=dict(opcodes))
 
 
-def compile_and_inspect(config: FwdConfig | BwdConfig, arch: str, dump_dir: Path) -> SassReport:
+def compile_and_inspect(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path) -> SassReport:
     """Compile the kernel for ``config`` and ``arch`` into ``dump_dir`` (emptied first) and inspect it."""
     from flashcute.kernels.build import compile_kernel
 
@@ -124,7 +129,7 @@ def compile_and_inspect(config: FwdConfig | BwdConfig, arch: str, dump_dir: Path
 
 
 def inspect_variants(
-    variants: Sequence[tuple[FwdConfig | BwdConfig, str]], dump_root: Path, jobs: int
+    variants: Sequence[tuple[FwdConfig | BwdConfig | DQConfig, str]], dump_root: Path, jobs: int
 ) -> list[SassReport | Exception]:
     """`compile_and_inspect` each (config, arch) in ``jobs`` worker processes; a failed compile gives its exception.
 

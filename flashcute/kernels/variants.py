@@ -8,12 +8,13 @@ compiles each variant once (one process per variant) so that later processes loa
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, BwdConfig, FwdConfig, bwd_config, fwd_config
+from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, BwdConfig, DQConfig, FwdConfig, bwd_config, dq_config, fwd_config
 
 # (window_left, window_right) pairs that reach each mask variant: none, causal, sliding window, left-only window
 MASK_VARIANTS = ((-1, -1), (-1, 0), (8, 8), (8, -1))
@@ -32,12 +33,17 @@ def fwd_variants(exact_only: bool = False) -> list[FwdConfig]:
     return _variants(fwd_config, exact_only)
 
 
-def bwd_variants(exact_only: bool = False) -> list[BwdConfig]:
-    """The backward heuristic's config for every dtype x head-dim bucket x mask variant (x exact/padded)."""
-    return _variants(bwd_config, exact_only)
+def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig]:
+    """Every backward kernel the heuristics pick, per dtype x head-dim bucket x mask variant (x exact/padded):
+    the dK/dV kernel with dQ atomics, the same without them, and the deterministic dQ kernel."""
+    return [
+        *_variants(bwd_config, exact_only),
+        *_variants(functools.partial(bwd_config, deterministic=True), exact_only),
+        *_variants(dq_config, exact_only),
+    ]
 
 
-def _compile_one(config: FwdConfig | BwdConfig, arch: str) -> float:
+def _compile_one(config: FwdConfig | BwdConfig | DQConfig, arch: str) -> float:
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute import compile_cache
     from flashcute.kernels.build import compile_kernel

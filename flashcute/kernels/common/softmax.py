@@ -14,11 +14,12 @@ import math
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32
+from cutlass import Float32, Int32
 
 from flashcute.kernels.common.layout import acc_rows_cols
 
 LN2 = math.log(2.0)
+LOG2_E = math.log2(math.e)
 
 
 def quad_reduce(value: Float32, op) -> Float32:
@@ -85,3 +86,39 @@ def recompute_probs(acc_S: cute.Tensor, lse_log2: cute.Tensor, scale_log2: Float
     s = acc_rows_cols(acc_S)
     for r in cutlass.range_constexpr(cute.size(lse_log2)):
         s[r, None].store(cute.math.exp2(s[r, None].load() * scale_log2 - lse_log2[r], fastmath=True))
+
+
+@cute.jit
+def load_row_stats(
+    mLSE: cute.Tensor,
+    mD: cute.Tensor,
+    batch_idx: Int32,
+    head_idx: Int32,
+    tScS: cute.Tensor,
+    row_offset: Int32,
+    seqlen_q: Int32,
+):
+    """Backward: (LSE * log2 e, D) for the rows of a score fragment whose (row, col) view is ``tScS``.
+
+    Rows past seqlen_q, and rows that saw no key in the forward (LSE = -inf), get LSE * log2 e = +inf, so their
+    recomputed P is 0; their D is 0.
+    """
+    lse_log2 = cute.make_rmem_tensor(cute.size(tScS, mode=[0]), Float32)
+    d_row = cute.make_rmem_tensor(cute.size(tScS, mode=[0]), Float32)
+    for r in cutlass.range_constexpr(cute.size(lse_log2)):
+        row = row_offset + tScS[r, 0][0]
+        lse_log2[r] = Float32.inf
+        d_row[r] = Float32(0.0)
+        if row < seqlen_q:
+            lse = mLSE[batch_idx, head_idx, row]
+            lse_log2[r] = Float32.inf if lse == -Float32.inf else lse * LOG2_E
+            d_row[r] = mD[batch_idx, head_idx, row]
+    return lse_log2, d_row
+
+
+@cute.jit
+def softmax_grad(acc_P: cute.Tensor, acc_dP: cute.Tensor, d_row: cute.Tensor):
+    """Backward, in place in acc_dP: dS = P * (dP - D), D = rowsum(dO * O) per row."""
+    p_rc, dp_rc = acc_rows_cols(acc_P), acc_rows_cols(acc_dP)
+    for r in cutlass.range_constexpr(cute.size(d_row)):
+        dp_rc[r, None].store(p_rc[r, None].load() * (dp_rc[r, None].load() - d_row[r]))

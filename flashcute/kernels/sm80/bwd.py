@@ -27,9 +27,9 @@ from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_ss
 from flashcute.kernels.common.layout import acc_rows_cols
 from flashcute.kernels.common.mask import AttentionMask
-from flashcute.kernels.common.softmax import recompute_probs
+from flashcute.kernels.common.softmax import LOG2_E, load_row_stats, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
-from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES, DEFAULT_MAX_SMEM_BYTES, LOG2_E, MAX_SMEM_BYTES
+from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES, DEFAULT_MAX_SMEM_BYTES, MAX_SMEM_BYTES
 
 
 def _tiled_mma(dtype, warps_m: int, warps_n: int) -> cute.TiledMma:
@@ -95,7 +95,7 @@ class FlashAttentionBackwardSm80:
         mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
         mD: cute.Tensor,  # (batch, nheads, seqlen_q) float32: rowsum(dO * O)
-        mdQaccum: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim) float32, zeroed
+        mdQaccum: cute.Tensor | None,  # (batch, seqlen_q, nheads, head_dim) float32, zeroed; None: no dQ here
         mdK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
         mdV: cute.Tensor,
         softmax_scale: Float32,
@@ -168,7 +168,7 @@ class FlashAttentionBackwardSm80:
         mdO: cute.Tensor,
         mLSE: cute.Tensor,
         mD: cute.Tensor,
-        mdQaccum: cute.Tensor,
+        mdQaccum: cute.Tensor | None,
         mdK: cute.Tensor,
         mdV: cute.Tensor,
         softmax_scale: Float32,
@@ -219,7 +219,7 @@ class FlashAttentionBackwardSm80:
         gK = cute.local_tile(mK[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
         gV = cute.local_tile(mV[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
 
-        storage = cutlass.utils.SmemAllocator().allocate(SharedStorage)
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         sQ = storage.sQ.get_tensor(sQ_layout)
         sdO = storage.sdO.get_tensor(sQ_layout)
         sK = storage.sK.get_tensor(sKV_layout)
@@ -385,17 +385,7 @@ class FlashAttentionBackwardSm80:
                 True,
             )
         cute.arch.cp_async_commit_group()
-        # LSE * log2(e) and D for this thread's rows (+inf / 0 past seqlen_q and for rows that see no key)
-        lse_log2 = cute.make_rmem_tensor(cute.size(st.tScS, mode=[0]), Float32)
-        d_row = cute.make_rmem_tensor(cute.size(st.tScS, mode=[0]), Float32)
-        for r in cutlass.range_constexpr(cute.size(lse_log2)):
-            row = m_block * self.block_m + st.tScS[r, 0][0]
-            lse_log2[r] = Float32.inf
-            d_row[r] = Float32(0.0)
-            if row < seqlen_q:
-                lse = st.mLSE[batch_idx, head_idx, row]
-                lse_log2[r] = Float32.inf if lse == -Float32.inf else lse * LOG2_E
-                d_row[r] = st.mD[batch_idx, head_idx, row]
+        lse_log2, d_row = load_row_stats(st.mLSE, st.mD, batch_idx, head_idx, st.tScS, m_block * self.block_m, seqlen_q)
         cute.arch.cp_async_wait_group(0)
         cute.arch.sync_threads()
 
@@ -411,10 +401,7 @@ class FlashAttentionBackwardSm80:
         recompute_probs(acc_S, lse_log2, st.scale_log2)
         tdPsdO, tdPsV = st.copy_A_sdp.partition_S(st.sdO), st.copy_B_sdp.partition_S(st.sV)
         gemm_ss(st.tiled_mma_sdp, acc_dP, frag.rdO, frag.rV, tdPsdO, tdPsV, st.copy_A_sdp, st.copy_B_sdp)
-        # dS = P * (dP - D)
-        p_rc, dp_rc = acc_rows_cols(acc_S), acc_rows_cols(acc_dP)
-        for r in cutlass.range_constexpr(cute.size(d_row)):
-            dp_rc[r, None].store(p_rc[r, None].load() * (dp_rc[r, None].load() - d_row[r]))
+        softmax_grad(acc_S, acc_dP, d_row)  # acc_dP becomes dS
         # P and dS -> shared memory in 16 bits: their transposes are the A operands of dV and dK
         rP = cute.make_fragment_like(acc_S, self.dtype)
         rP.store(acc_S.load().to(self.dtype))
@@ -445,23 +432,24 @@ class FlashAttentionBackwardSm80:
             st.copy_A_dkv,
             st.copy_B_dkv,
         )
-        # dQ += dS K, added into the fp32 buffer (other thread blocks add their K/V tiles' parts)
-        acc_dQ = cute.make_rmem_tensor(st.thr_mma_dq.partition_shape_C(tile_q), Float32)
-        acc_dQ.fill(0.0)
-        gemm_ss(
-            st.tiled_mma_dq,
-            acc_dQ,
-            frag.rdS,
-            frag.rKt,
-            st.copy_A_dq.partition_S(st.sdS),
-            st.copy_B_dq.partition_S(st.sKt),
-            st.copy_A_dq,
-            st.copy_B_dq,
-        )
-        gdQ = cute.local_tile(st.mdQaccum[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
-        for e in cutlass.range_constexpr(cute.size(acc_dQ)):
-            coord = st.tdQcdQ[e]
-            if coord[0] < rows_left and coord[1] < head_dim:
-                ptr = gdQ.iterator + cute.crd2idx(coord, gdQ.layout)
-                cute.arch.red(ptr, acc_dQ[e], op="add", dtype=Float32, sem="relaxed", scope="gpu")
+        if cutlass.const_expr(cfg.accumulate_dq):
+            # dQ += dS K, added into the fp32 buffer (other thread blocks add their K/V tiles' parts)
+            acc_dQ = cute.make_rmem_tensor(st.thr_mma_dq.partition_shape_C(tile_q), Float32)
+            acc_dQ.fill(0.0)
+            gemm_ss(
+                st.tiled_mma_dq,
+                acc_dQ,
+                frag.rdS,
+                frag.rKt,
+                st.copy_A_dq.partition_S(st.sdS),
+                st.copy_B_dq.partition_S(st.sKt),
+                st.copy_A_dq,
+                st.copy_B_dq,
+            )
+            gdQ = cute.local_tile(st.mdQaccum[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+            for e in cutlass.range_constexpr(cute.size(acc_dQ)):
+                coord = st.tdQcdQ[e]
+                if coord[0] < rows_left and coord[1] < head_dim:
+                    ptr = gdQ.iterator + cute.crd2idx(coord, gdQ.layout)
+                    cute.arch.red(ptr, acc_dQ[e], op="add", dtype=Float32, sem="relaxed", scope="gpu")
         cute.arch.sync_threads()  # every warp is done with sQ, sdO, sP, sdS before the next tile loads

@@ -14,7 +14,6 @@ load is issued one tile earlier (V[n-1] at the first wait, K[n-2] at the second)
 always lives in stage n % 2, so no stage counter has to be carried through the loops.
 """
 
-import math
 from functools import partial
 from types import SimpleNamespace
 
@@ -30,14 +29,13 @@ from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a
 from flashcute.kernels.common.mask import AttentionMask
-from flashcute.kernels.common.softmax import OnlineSoftmax
+from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 
 CUTLASS_DTYPES = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 # Opt-in shared memory per thread block by target; sm_86 and sm_89 parts have the least.
 MAX_SMEM_BYTES = {"sm_80": 163 * 1024, "sm_87": 163 * 1024, "sm_90a": 227 * 1024}
 DEFAULT_MAX_SMEM_BYTES = 99 * 1024
-LOG2_E = math.log2(math.e)
 
 
 class FlashAttentionForwardSm80:
@@ -186,7 +184,7 @@ class FlashAttentionForwardSm80:
         gK = cute.local_tile(mK[batch_idx, None, kv_head_idx, None], tile_kv, (None, 0))  # (block_n, D, n_block)
         gV = cute.local_tile(mV[batch_idx, None, kv_head_idx, None], tile_kv, (None, 0))  # (block_n, D, n_block)
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(SharedStorage)
         sQ = storage.sQ.get_tensor(sQ_layout)
         sK = storage.sK.get_tensor(sKV_layout)

@@ -1,0 +1,317 @@
+"""dQ for the deterministic backward (sm_80 and newer): no atomics, a fixed order of additions.
+
+One thread block owns one (block_m, head_dim) tile of dQ for one (batch, head) and walks the K/V tiles its rows
+see, last to first, exactly like the forward walks them for O. Per K/V tile it recomputes P and dS, then
+dQ += dS K with dS still in the registers that computed it (the A operand, as P is for P V in the forward):
+
+    S = Q K^T,  P = exp2(S * scale_log2 - LSE * log2 e),  dP = dO V^T,  dS = P * (dP - D),  dQ += dS K
+
+Each element of dQ is then a sum in one thread, in one order: bitwise reproducible. The dK/dV kernel runs beside
+it with its dQ atomics turned off (BwdConfig.accumulate_dq = False).
+"""
+
+from types import SimpleNamespace
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+from cutlass.cute.nvgpu import warp
+
+from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, DQConfig
+from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.epilogue import store_o
+from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
+from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols
+from flashcute.kernels.common.mask import AttentionMask
+from flashcute.kernels.common.softmax import LOG2_E, load_row_stats, recompute_probs, softmax_grad
+from flashcute.kernels.common.tile_info import TileInfo
+from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES, DEFAULT_MAX_SMEM_BYTES, MAX_SMEM_BYTES
+
+
+class FlashAttentionBackwardDQSm80:
+    """Deterministic dQ on mma.sync tensor cores. Construct from a DQConfig."""
+
+    def __init__(self, config: DQConfig):
+        self.config = config
+        self.dtype = CUTLASS_DTYPES[config.dtype]
+        self.block_m = config.block_m
+        self.block_n = config.block_n
+        self.head_dim_padded = config.head_dim_padded
+        self.num_threads = config.num_warps * 32
+
+    @staticmethod
+    def can_implement(config: DQConfig, arch: str) -> str | None:
+        """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
+        if config.dtype not in DTYPES:
+            return f"dtype {config.dtype!r} is not one of {DTYPES}"
+        if config.head_dim_padded not in HEAD_DIM_BUCKETS:
+            return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
+        if config.block_m % (16 * config.num_warps) != 0 or config.block_n % 16 != 0:
+            return f"block_m={config.block_m} must split in 16-row atoms over {config.num_warps} warps, block_n by 16"
+        rows_per_copy = config.num_warps * 32 // (64 // 8 if config.head_dim_padded % 64 == 0 else 32 // 8)
+        if config.block_m % rows_per_copy != 0 or config.block_n % rows_per_copy != 0:
+            return f"block_m and block_n must be multiples of {rows_per_copy} rows (one pass of the tiled copy)"
+        smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
+        if config.smem_bytes() > smem_limit:
+            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {smem_limit}"
+        return None
+
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
+        mV: cute.Tensor,
+        mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
+        mD: cute.Tensor,  # (batch, nheads, seqlen_q) float32: rowsum(dO * O)
+        mdQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim), the output
+        softmax_scale: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        stream: cuda.CUstream,
+    ):
+        atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
+        sQ_layout = cute.tile_to_shape(atom, (self.block_m, self.head_dim_padded), (0, 1))
+        sKV_layout = cute.tile_to_shape(atom, (self.block_n, self.head_dim_padded), (0, 1))
+
+        @cute.struct
+        class SharedStorage:
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+
+        tiled_mma = cute.make_tiled_mma(
+            warp.MmaF16BF16Op(self.dtype, Float32, (16, 8, 16)),
+            (self.config.num_warps, 1, 1),
+            permutation_mnk=(self.config.num_warps * 16, 16, 16),
+        )
+        num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
+        self.kernel(
+            mQ,
+            mK,
+            mV,
+            mdO,
+            mLSE,
+            mD,
+            mdQ,
+            softmax_scale,
+            diag_offset,
+            window_left,
+            window_right,
+            num_m_blocks,
+            sQ_layout,
+            sKV_layout,
+            gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True),
+            gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False),
+            tiled_mma,
+            SharedStorage,
+        ).launch(
+            grid=[num_m_blocks * mQ.shape[2] * mQ.shape[0], 1, 1],
+            block=[self.num_threads, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mdO: cute.Tensor,
+        mLSE: cute.Tensor,
+        mD: cute.Tensor,
+        mdQ: cute.Tensor,
+        softmax_scale: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        num_m_blocks: Int32,
+        sQ_layout: cute.ComposedLayout,
+        sKV_layout: cute.ComposedLayout,
+        gmem_tiled_copy_load: cute.TiledCopy,
+        gmem_tiled_copy_store: cute.TiledCopy,
+        tiled_mma: cute.TiledMma,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        cfg = self.config
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+
+        # ---- step 1: our dQ tile and the K/V tiles its rows see
+        nheads = mQ.shape[2]
+        m_block = num_m_blocks - 1 - bidx % num_m_blocks
+        head_idx = (bidx // num_m_blocks) % nheads
+        batch_idx = bidx // num_m_blocks // nheads
+        kv_head_idx = head_idx // (nheads // mK.shape[2])
+        seqlen_q, seqlen_k, head_dim = mQ.shape[1], mK.shape[1], mQ.shape[3]
+        check_hdim = not cfg.exact_head_dim
+        tile_info = TileInfo(
+            self.block_m,
+            self.block_n,
+            cfg.mask_right,
+            cfg.mask_left,
+            seqlen_q,
+            seqlen_k,
+            diag_offset,
+            window_left,
+            window_right,
+        )
+        n_block_min, n_block_max = tile_info.n_block_range(m_block)
+        tile_q = (self.block_m, self.head_dim_padded)
+        tile_kv = (self.block_n, self.head_dim_padded)
+
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
+        sQ = storage.sQ.get_tensor(sQ_layout)
+        sdO = storage.sdO.get_tensor(sQ_layout)
+        sK = storage.sK.get_tensor(sKV_layout)
+        sV = storage.sV.get_tensor(sKV_layout)
+        sKt = cute.composition(sK, cute.make_layout((self.head_dim_padded, self.block_n), stride=(self.block_n, 1)))
+
+        # ---- step 2: Q and dO once (rows past seqlen_q zero-filled); K and V per tile
+        gmem_thr_copy = gmem_tiled_copy_load.get_slice(tidx)
+        gmem_thr0_copy = gmem_tiled_copy_load.get_slice(0)
+        tQcQ = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_q))
+        t0QcQ = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_q))
+        tKcK = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_kv))
+        t0KcK = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_kv))
+        tQpQ = gcopy.head_dim_predicate(tQcQ, head_dim)
+        tKpK = gcopy.head_dim_predicate(tKcK, head_dim)
+        rows_left = seqlen_q - m_block * self.block_m
+        for m, s in ((mQ, sQ), (mdO, sdO)):
+            g = cute.local_tile(m[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+            gcopy.copy_rows(
+                gmem_tiled_copy_load,
+                gmem_thr_copy.partition_S(g),
+                gmem_thr_copy.partition_D(s),
+                tQcQ,
+                t0QcQ,
+                tQpQ,
+                rows_left,
+                True,
+                check_hdim,
+                True,
+            )
+        cute.arch.cp_async_commit_group()
+
+        thr_mma = tiled_mma.get_slice(tidx)
+        ldsm = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype)
+        ldsm_t = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.dtype)
+        copy_A = cute.make_tiled_copy_A(ldsm, tiled_mma).get_slice(tidx)
+        copy_B = cute.make_tiled_copy_B(ldsm, tiled_mma).get_slice(tidx)
+        copy_Bt = cute.make_tiled_copy_B(ldsm_t, tiled_mma).get_slice(tidx)
+        rQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        rdO = thr_mma.make_fragment_A(thr_mma.partition_A(sdO))
+        rK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
+        rV = thr_mma.make_fragment_B(thr_mma.partition_B(sV))
+        rKt = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))
+        tScS = acc_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.block_m, self.block_n))))
+        lse_log2, d_row = load_row_stats(mLSE, mD, batch_idx, head_idx, tScS, m_block * self.block_m, seqlen_q)
+        mask = AttentionMask(tile_info, thr_mma, tiled_mma.get_slice(0))
+        acc_dQ = cute.make_rmem_tensor(thr_mma.partition_shape_C(tile_q), Float32)
+        acc_dQ.fill(0.0)
+        scale_log2 = softmax_scale * LOG2_E
+
+        st = SimpleNamespace(
+            mK=mK,
+            mV=mV,
+            sQ=sQ,
+            sdO=sdO,
+            sK=sK,
+            sV=sV,
+            sKt=sKt,
+            gmem_tiled_copy_load=gmem_tiled_copy_load,
+            gmem_thr_copy=gmem_thr_copy,
+            tKcK=tKcK,
+            t0KcK=t0KcK,
+            tKpK=tKpK,
+            tiled_mma=tiled_mma,
+            thr_mma=thr_mma,
+            copy_A=copy_A,
+            copy_B=copy_B,
+            copy_Bt=copy_Bt,
+            rQ=rQ,
+            rdO=rdO,
+            rK=rK,
+            rV=rV,
+            rKt=rKt,
+            lse_log2=lse_log2,
+            d_row=d_row,
+            batch_idx=batch_idx,
+            kv_head_idx=kv_head_idx,
+            seqlen_k=seqlen_k,
+            scale_log2=scale_log2,
+        )
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            self.compute_one_n_block(st, mask, acc_dQ, m_block, n_block_max - 1 - i)
+
+        # ---- step 7: dQ *= softmax_scale, out through shared memory (sQ's bytes)
+        acc_dQ.store(acc_dQ.load() * softmax_scale)
+        cute.arch.cp_async_wait_group(0)  # the loop may have run zero times
+        cute.arch.sync_threads()
+        gdQ = cute.local_tile(mdQ[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        store_o(acc_dQ, sQ, gdQ, tiled_mma, gmem_tiled_copy_store, tidx, rows_left, head_dim, check_hdim)
+
+    @cute.jit
+    def compute_one_n_block(
+        self, st: SimpleNamespace, mask: AttentionMask, acc_dQ: cute.Tensor, m_block: Int32, n_block: Int32
+    ):
+        """One K/V tile: recompute P and dS for this dQ tile and add dS K to dQ."""
+        cfg = self.config
+        check_hdim = not cfg.exact_head_dim
+        tile_kv = (self.block_n, self.head_dim_padded)
+        # K, V -> shared memory (rows past seqlen_k zero-filled); every warp is done with the last tile
+        for m, s in ((st.mK, st.sK), (st.mV, st.sV)):
+            g = cute.local_tile(m[st.batch_idx, None, st.kv_head_idx, None], tile_kv, (n_block, 0))
+            gcopy.copy_rows(
+                st.gmem_tiled_copy_load,
+                st.gmem_thr_copy.partition_S(g),
+                st.gmem_thr_copy.partition_D(s),
+                st.tKcK,
+                st.t0KcK,
+                st.tKpK,
+                st.seqlen_k - n_block * self.block_n,
+                True,
+                check_hdim,
+                True,
+            )
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.sync_threads()
+        # steps 3 to 5: S = Q K^T, mask, P; dP = dO V^T; dS = P (dP - D)
+        acc_S = cute.make_rmem_tensor(st.thr_mma.partition_shape_C((self.block_m, self.block_n)), Float32)
+        acc_dP = cute.make_rmem_tensor(st.thr_mma.partition_shape_C((self.block_m, self.block_n)), Float32)
+        acc_S.fill(0.0)
+        acc_dP.fill(0.0)
+        gemm_ss(
+            st.tiled_mma,
+            acc_S,
+            st.rQ,
+            st.rK,
+            st.copy_A.partition_S(st.sQ),
+            st.copy_B.partition_S(st.sK),
+            st.copy_A,
+            st.copy_B,
+        )
+        mask.apply(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
+        recompute_probs(acc_S, st.lse_log2, st.scale_log2)
+        gemm_ss(
+            st.tiled_mma,
+            acc_dP,
+            st.rdO,
+            st.rV,
+            st.copy_A.partition_S(st.sdO),
+            st.copy_B.partition_S(st.sV),
+            st.copy_A,
+            st.copy_B,
+        )
+        softmax_grad(acc_S, acc_dP, st.d_row)
+        # step 6: dQ += dS K, dS converted to 16 bits in the registers that computed it
+        rdS = cute.make_fragment_like(acc_dP, self.dtype)
+        rdS.store(acc_dP.load().to(self.dtype))
+        gemm_rs(st.tiled_mma, acc_dQ, acc_as_operand_a(rdS), st.rKt, st.copy_Bt.partition_S(st.sKt), st.copy_Bt)
+        cute.arch.sync_threads()  # every warp is done with sK and sV before the next tile loads
