@@ -2,10 +2,10 @@
 
 ``compile_fwd(config, arch)`` returns a TVM-FFI function taking
     (q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
-as torch tensors and Python numbers, launching on the current CUDA stream; ``compile_bwd`` likewise for the
-backward kernel, ``compile_kernel`` for either by the type of its config. Every size and every stride but the
-unit stride of the last dim is symbolic, so the one compiled function serves every shape and layout the
-validation admits (strides divisible by 8 elements: 16-byte aligned rows).
+as torch tensors and Python numbers, launching on the current CUDA stream; ``compile_bwd`` and ``compile_dq``
+likewise for the backward kernels, ``compile_kernel`` for any of them by the type of its config. Every size and
+every stride but the unit stride of the last dim is symbolic, so the one compiled function serves every shape and
+layout the validation admits (strides divisible by 8 elements: 16-byte aligned rows).
 """
 
 from __future__ import annotations
@@ -32,97 +32,88 @@ def _fake_bshd(dtype, batch, seqlen, heads, head_dim):
     return cute.runtime.make_fake_tensor(dtype, (batch, seqlen, heads, head_dim), stride=strides, assumed_align=16)
 
 
-def compile_fwd(config: FwdConfig, arch: str, dump_dir: Path | None = None):
-    """Compile the sm80 forward kernel for ``config`` and target ``arch`` ("sm_80" or "sm_90a")."""
+class _SymbolicProblem:
+    """Symbolic sizes shared by every tensor of one compile, and fake tensors made from them."""
+
+    def __init__(self, config):
+        import cutlass.cute as cute
+
+        from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
+
+        self.dtype = CUTLASS_DTYPES[config.dtype]
+        self.batch, self.seqlen_q, self.seqlen_k, self.nheads, self.nheads_k = (cute.sym_int() for _ in range(5))
+        self.head_dim = config.head_dim_padded if config.exact_head_dim else cute.sym_int(divisibility=8)
+
+    def q_like(self, dtype=None):
+        """(batch, seqlen_q, nheads, head_dim): q, out, dout, dq."""
+        return _fake_bshd(dtype or self.dtype, self.batch, self.seqlen_q, self.nheads, self.head_dim)
+
+    def kv_like(self):
+        """(batch, seqlen_k, nheads_k, head_dim): k, v, dk, dv."""
+        return _fake_bshd(self.dtype, self.batch, self.seqlen_k, self.nheads_k, self.head_dim)
+
+    def row_stats(self):
+        """(batch, nheads, seqlen_q) float32 with a unit last stride: LSE, or D = rowsum(dO * O)."""
+        import cutlass
+        import cutlass.cute as cute
+
+        shape, strides = (self.batch, self.nheads, self.seqlen_q), (cute.sym_int64(), cute.sym_int64(), 1)
+        return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
+
+
+def _compile(kernel_class, config, arch: str, dump_dir: Path | None, *tensors):
+    """Check ``config`` with the kernel's ``can_implement`` and compile it against ``tensors``, then the scalars
+    (softmax_scale, diag_offset, window_left, window_right) and the caller's current stream."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass.cute as cute
 
-    from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES, FlashAttentionForwardSm80
-
-    reason = FlashAttentionForwardSm80.can_implement(config, arch)
+    reason = kernel_class.can_implement(config, arch)
     if reason is not None:
-        raise ValueError(f"cannot build the sm80 forward kernel for {config}: {reason}")
-    dtype = CUTLASS_DTYPES[config.dtype]
-    batch, seqlen_q, seqlen_k, nheads, nheads_k = (cute.sym_int() for _ in range(5))
-    head_dim = config.head_dim_padded if config.exact_head_dim else cute.sym_int(divisibility=8)
-    q = _fake_bshd(dtype, batch, seqlen_q, nheads, head_dim)
-    k = _fake_bshd(dtype, batch, seqlen_k, nheads_k, head_dim)
-    v = _fake_bshd(dtype, batch, seqlen_k, nheads_k, head_dim)
-    o = _fake_bshd(dtype, batch, seqlen_q, nheads, head_dim)
-    lse = _fake_row_stats(batch, nheads, seqlen_q)
+        raise ValueError(f"cannot build {kernel_class.__name__} for {config}: {reason}")
+    options = f"--enable-tvm-ffi --gpu-arch {arch}"
+    if dump_dir is not None:
+        dump_dir.mkdir(parents=True, exist_ok=True)
+        options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    kernel = FlashAttentionForwardSm80(config)
-    return cute.compile(kernel, q, k, v, o, lse, 1.0, 0, -1, -1, stream, options=_options(arch, dump_dir))
+    return cute.compile(kernel_class(config), *tensors, 1.0, 0, -1, -1, stream, options=options)
+
+
+def compile_fwd(config: FwdConfig, arch: str, dump_dir: Path | None = None):
+    """The forward kernel: (q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
+
+    p = _SymbolicProblem(config)
+    tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
+    return _compile(FlashAttentionForwardSm80, config, arch, dump_dir, *tensors)
+
+
+def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
+    """The dK/dV kernel: (q, k, v, dout, lse, d, dq_accum or None, dk, dv, softmax_scale, diag_offset,
+    window_left, window_right); dq_accum is float32 and None when ``config.accumulate_dq`` is off."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import cutlass
+
+    from flashcute.kernels.sm80.bwd import FlashAttentionBackwardSm80
+
+    p = _SymbolicProblem(config)
+    dq_accum = p.q_like(cutlass.Float32) if config.accumulate_dq else None
+    tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats(), dq_accum)
+    return _compile(FlashAttentionBackwardSm80, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like())
+
+
+def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
+    """The deterministic dQ kernel: (q, k, v, dout, lse, d, dq, softmax_scale, diag_offset, window_left,
+    window_right)."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    from flashcute.kernels.sm80.bwd_dq import FlashAttentionBackwardDQSm80
+
+    p = _SymbolicProblem(config)
+    tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats(), p.q_like())
+    return _compile(FlashAttentionBackwardDQSm80, config, arch, dump_dir, *tensors)
 
 
 def compile_kernel(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None):
     """Compile whichever kernel ``config`` configures."""
     build = {FwdConfig: compile_fwd, BwdConfig: compile_bwd, DQConfig: compile_dq}[type(config)]
     return build(config, arch, dump_dir)
-
-
-def _options(arch: str, dump_dir: Path | None) -> str:
-    options = f"--enable-tvm-ffi --gpu-arch {arch}"
-    if dump_dir is not None:
-        dump_dir.mkdir(parents=True, exist_ok=True)
-        options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"
-    return options
-
-
-def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
-    """Compile the sm80 backward kernel; the function takes
-    (q, k, v, dout, lse, d, dq_accum, dk, dv, softmax_scale, diag_offset, window_left, window_right)."""
-    os.environ.setdefault("CUTE_DSL_ARCH", arch)
-    import cutlass
-    import cutlass.cute as cute
-
-    from flashcute.kernels.sm80.bwd import FlashAttentionBackwardSm80
-    from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
-
-    reason = FlashAttentionBackwardSm80.can_implement(config, arch)
-    if reason is not None:
-        raise ValueError(f"cannot build the sm80 backward kernel for {config}: {reason}")
-    dtype = CUTLASS_DTYPES[config.dtype]
-    batch, seqlen_q, seqlen_k, nheads, nheads_k = (cute.sym_int() for _ in range(5))
-    head_dim = config.head_dim_padded if config.exact_head_dim else cute.sym_int(divisibility=8)
-    q, do = (_fake_bshd(dtype, batch, seqlen_q, nheads, head_dim) for _ in range(2))
-    k, v, dk, dv = (_fake_bshd(dtype, batch, seqlen_k, nheads_k, head_dim) for _ in range(4))
-    dq_accum = _fake_bshd(cutlass.Float32, batch, seqlen_q, nheads, head_dim) if config.accumulate_dq else None
-    lse, d = (_fake_row_stats(batch, nheads, seqlen_q) for _ in range(2))
-    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    kernel = FlashAttentionBackwardSm80(config)
-    return cute.compile(
-        kernel, q, k, v, do, lse, d, dq_accum, dk, dv, 1.0, 0, -1, -1, stream, options=_options(arch, dump_dir)
-    )
-
-
-def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
-    """Compile the deterministic dQ kernel; the function takes
-    (q, k, v, dout, lse, d, dq, softmax_scale, diag_offset, window_left, window_right)."""
-    os.environ.setdefault("CUTE_DSL_ARCH", arch)
-    import cutlass.cute as cute
-
-    from flashcute.kernels.sm80.bwd_dq import FlashAttentionBackwardDQSm80
-    from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
-
-    reason = FlashAttentionBackwardDQSm80.can_implement(config, arch)
-    if reason is not None:
-        raise ValueError(f"cannot build the sm80 dQ kernel for {config}: {reason}")
-    dtype = CUTLASS_DTYPES[config.dtype]
-    batch, seqlen_q, seqlen_k, nheads, nheads_k = (cute.sym_int() for _ in range(5))
-    head_dim = config.head_dim_padded if config.exact_head_dim else cute.sym_int(divisibility=8)
-    q, do, dq = (_fake_bshd(dtype, batch, seqlen_q, nheads, head_dim) for _ in range(3))
-    k, v = (_fake_bshd(dtype, batch, seqlen_k, nheads_k, head_dim) for _ in range(2))
-    lse, d = (_fake_row_stats(batch, nheads, seqlen_q) for _ in range(2))
-    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    kernel = FlashAttentionBackwardDQSm80(config)
-    return cute.compile(kernel, q, k, v, do, lse, d, dq, 1.0, 0, -1, -1, stream, options=_options(arch, dump_dir))
-
-
-def _fake_row_stats(batch, nheads, seqlen_q):
-    """A (batch, nheads, seqlen_q) float32 tensor with a unit last stride: LSE, or D = rowsum(dO * O)."""
-    import cutlass
-    import cutlass.cute as cute
-
-    strides = (cute.sym_int64(), cute.sym_int64(), 1)
-    return cute.runtime.make_fake_tensor(cutlass.Float32, (batch, nheads, seqlen_q), stride=strides, assumed_align=4)

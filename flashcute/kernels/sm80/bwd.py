@@ -21,7 +21,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
-from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, BwdConfig
+from flashcute.config import BwdConfig
 from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_ss
@@ -29,7 +29,8 @@ from flashcute.kernels.common.layout import acc_rows_cols
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.softmax import LOG2_E, load_row_stats, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
-from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES, DEFAULT_MAX_SMEM_BYTES, MAX_SMEM_BYTES
+from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
+from flashcute.kernels.sm80.limits import common_limits
 
 
 def _tiled_mma(dtype, warps_m: int, warps_n: int) -> cute.TiledMma:
@@ -59,10 +60,6 @@ class FlashAttentionBackwardSm80:
     @staticmethod
     def can_implement(config: BwdConfig, arch: str) -> str | None:
         """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
-        if config.dtype not in DTYPES:
-            return f"dtype {config.dtype!r} is not one of {DTYPES}"
-        if config.head_dim_padded not in HEAD_DIM_BUCKETS:
-            return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
         warps = config.num_warps
         for name, rows, warps_along in (
             ("block_m", config.block_m, config.warps_m_sdp),
@@ -75,15 +72,9 @@ class FlashAttentionBackwardSm80:
         for gemm, warps_along_d in (("dK/dV", warps // config.warps_n_dkv), ("dQ", warps // config.warps_m_dq)):
             if config.head_dim_padded % (16 * warps_along_d) != 0:
                 return f"{gemm}: {warps_along_d} warps along the head dim do not tile {config.head_dim_padded}"
-        rows_per_copy = config.num_warps * 32 // (64 // 8 if config.head_dim_padded % 64 == 0 else 32 // 8)
-        if config.block_m % rows_per_copy != 0 or config.block_n % rows_per_copy != 0:
-            return f"block_m and block_n must be multiples of {rows_per_copy} rows (one pass of the tiled copy)"
         if config.block_n % 64 != 0 or config.block_m % 8 != 0:
             return "block_n must be a multiple of 64 (the P and dS tiles use a 64-wide swizzle atom)"
-        smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
-        if config.smem_bytes() > smem_limit:
-            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {smem_limit}"
-        return None
+        return common_limits(config, warps * 32, config.smem_bytes(), arch)
 
     # ---------------------------------------------------------------- host side
     @cute.jit

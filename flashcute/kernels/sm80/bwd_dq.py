@@ -18,7 +18,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
-from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, DQConfig
+from flashcute.config import DQConfig
 from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
@@ -26,7 +26,8 @@ from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.softmax import LOG2_E, load_row_stats, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
-from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES, DEFAULT_MAX_SMEM_BYTES, MAX_SMEM_BYTES
+from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
+from flashcute.kernels.sm80.limits import common_limits
 
 
 class FlashAttentionBackwardDQSm80:
@@ -43,19 +44,9 @@ class FlashAttentionBackwardDQSm80:
     @staticmethod
     def can_implement(config: DQConfig, arch: str) -> str | None:
         """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
-        if config.dtype not in DTYPES:
-            return f"dtype {config.dtype!r} is not one of {DTYPES}"
-        if config.head_dim_padded not in HEAD_DIM_BUCKETS:
-            return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
-        if config.block_m % (16 * config.num_warps) != 0 or config.block_n % 16 != 0:
-            return f"block_m={config.block_m} must split in 16-row atoms over {config.num_warps} warps, block_n by 16"
-        rows_per_copy = config.num_warps * 32 // (64 // 8 if config.head_dim_padded % 64 == 0 else 32 // 8)
-        if config.block_m % rows_per_copy != 0 or config.block_n % rows_per_copy != 0:
-            return f"block_m and block_n must be multiples of {rows_per_copy} rows (one pass of the tiled copy)"
-        smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
-        if config.smem_bytes() > smem_limit:
-            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {smem_limit}"
-        return None
+        if config.block_m % (16 * config.num_warps) != 0:
+            return f"block_m={config.block_m} does not split in 16-row MMA atoms over {config.num_warps} warps"
+        return common_limits(config, config.num_warps * 32, config.smem_bytes(), arch)
 
     @cute.jit
     def __call__(

@@ -23,7 +23,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
-from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, FwdConfig
+from flashcute.config import FwdConfig
 from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
@@ -31,11 +31,9 @@ from flashcute.kernels.common.layout import acc_as_operand_a
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
+from flashcute.kernels.sm80.limits import common_limits
 
 CUTLASS_DTYPES = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
-# Opt-in shared memory per thread block by target; sm_86 and sm_89 parts have the least.
-MAX_SMEM_BYTES = {"sm_80": 163 * 1024, "sm_87": 163 * 1024, "sm_90a": 227 * 1024}
-DEFAULT_MAX_SMEM_BYTES = 99 * 1024
 
 
 class FlashAttentionForwardSm80:
@@ -53,23 +51,11 @@ class FlashAttentionForwardSm80:
     @staticmethod
     def can_implement(config: FwdConfig, arch: str) -> str | None:
         """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
-        if config.dtype not in DTYPES:
-            return f"dtype {config.dtype!r} is not one of {DTYPES}"
-        if config.head_dim_padded not in HEAD_DIM_BUCKETS:
-            return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
         if config.block_m % (16 * config.num_warps) != 0:
             return f"block_m={config.block_m} is not a multiple of 16 * num_warps = {16 * config.num_warps}"
         if config.num_stages not in (1, 2):
             return f"num_stages={config.num_stages} is not 1 or 2"
-        if config.block_n % 16 != 0:
-            return f"block_n={config.block_n} is not a multiple of 16"
-        rows_per_copy = config.num_threads // (64 // 8 if config.head_dim_padded % 64 == 0 else 32 // 8)
-        if config.block_m % rows_per_copy != 0 or config.block_n % rows_per_copy != 0:
-            return f"block_m and block_n must be multiples of {rows_per_copy} rows (one pass of the tiled copy)"
-        smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
-        if config.smem_bytes() > smem_limit:
-            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {smem_limit}"
-        return None
+        return common_limits(config, config.num_threads, config.smem_bytes(), arch)
 
     # ---------------------------------------------------------------- host side: layouts, copies, MMA, launch
     @cute.jit
