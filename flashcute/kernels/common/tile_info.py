@@ -15,7 +15,12 @@ from cutlass import Int32
 
 
 class TileInfo:
-    """Tile bounds for one Q tile; all fields are Int32 values computed once per thread block."""
+    """Tile bounds for one Q tile, computed once per thread block.
+
+    Plain Python arithmetic (branches only on the compile-time mask flags): inside a kernel the sizes are Int32
+    values and this traces into device code; given Python ints it runs on the CPU, which is how
+    tests/test_tile_info.py holds this very code to the spec's visibility mask.
+    """
 
     def __init__(
         self,
@@ -39,7 +44,6 @@ class TileInfo:
         self.window_left = window_left
         self.window_right = window_right
 
-    @cute.jit
     def n_block_range(self, m_block: Int32):
         """(n_block_min, n_block_max): the K/V tiles that hold at least one key some row of this tile sees."""
         n_block_max = cute.ceil_div(self.seqlen_k, self.block_n)
@@ -47,20 +51,19 @@ class TileInfo:
             row_end = cutlass.min((m_block + 1) * self.block_m, self.seqlen_q)
             col_end = row_end + self.diag_offset + self.window_right
             n_block_max = cutlass.min(n_block_max, cute.ceil_div(cutlass.max(col_end, 0), self.block_n))
-        n_block_min = Int32(0)
+        n_block_min = 0
         if cutlass.const_expr(self.mask_left):
             col_start = m_block * self.block_m + self.diag_offset - self.window_left
             n_block_min = cutlass.max(col_start, 0) // self.block_n
         return n_block_min, n_block_max
 
-    @cute.jit
     def m_block_range(self, n_block: Int32):
         """(m_block_min, m_block_max): the Q tiles with at least one row that sees a key of K/V tile n_block.
 
         The backward pass walks this range for a fixed K/V tile; it is n_block_range read the other way round.
         """
         m_block_max = cute.ceil_div(self.seqlen_q, self.block_m)
-        m_block_min = Int32(0)
+        m_block_min = 0
         if cutlass.const_expr(self.mask_right):
             # the tile's first key n * block_n is seen by rows i >= n * block_n - offset - right
             first_row = n_block * self.block_n - self.diag_offset - self.window_right
@@ -71,7 +74,6 @@ class TileInfo:
             m_block_max = cutlass.min(m_block_max, cute.ceil_div(cutlass.max(last_row + 1, 0), self.block_m))
         return m_block_min, m_block_max
 
-    @cute.jit
     def masked_runs(self, m_block: Int32, n_block_min: Int32, n_block_max: Int32):
         """Split [n_block_min, n_block_max) into [min, left_end) masked, [left_end, right_start) free,
         [right_start, max) masked. The last tile visited first always gets the full mask (seqlen_k tail)."""
