@@ -28,7 +28,7 @@ from typing import Any
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # What a compiled kernel is made of: the device code, its build and its config (not the tooling beside them).
-_KERNEL_SOURCES = ("kernels/common", "kernels/sm80", "kernels/build.py", "config.py")
+_KERNEL_SOURCES = ("kernels/common", "kernels/sm80", "kernels/sm90", "kernels/build.py", "config.py")
 _lock = threading.Lock()
 _memory: dict[tuple[str, Any], Callable] = {}
 compile_seconds: dict[tuple[str, Any], float] = {}

@@ -107,6 +107,74 @@ def fwd_config(
 
 
 @dataclass(frozen=True)
+class Sm90FwdConfig:
+    """Static configuration of the Hopper forward kernel (kernels/sm90/fwd.py).
+
+    block_m rows of Q per thread block, split into block_m / 64 consumer warpgroups of 64 rows each; block_n rows
+    of K/V per main-loop step; num_stages shared-memory buffers each for K and V, filled by TMA. The other fields
+    mean what they mean in FwdConfig.
+    """
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    block_n: int
+    num_stages: int
+    mask_right: bool
+    mask_left: bool
+
+    @property
+    def num_mma_warpgroups(self) -> int:
+        return self.block_m // 64
+
+    @property
+    def num_threads(self) -> int:
+        """One producer warpgroup (TMA) and the consumer warpgroups (wgmma and softmax)."""
+        return 128 * (1 + self.num_mma_warpgroups)
+
+    def smem_bytes(self) -> int:
+        """Q, num_stages K and V tiles (2 bytes an element), and one KB for the mbarriers and alignment."""
+        return 2 * self.head_dim_padded * (self.block_m + 2 * self.num_stages * self.block_n) + 1024
+
+
+# (block_m, block_n, num_stages) per head-dim bucket for the Hopper kernel. Starting points taken from
+# FlashAttention-3's published shapes for H100 (two consumer warpgroups, 2 stages); to be replaced by an H200 sweep.
+_SM90_TILES: dict[int, tuple[int, int, int]] = {
+    32: (128, 128, 2),
+    64: (128, 128, 2),
+    96: (128, 128, 2),
+    128: (128, 128, 2),
+    192: (128, 96, 2),
+    256: (128, 80, 2),
+}
+
+
+@functools.cache
+def sm90_fwd_config(
+    head_dim: int,
+    dtype: str,
+    causal: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
+    tiles: tuple[int, int, int] | None = None,
+) -> Sm90FwdConfig:
+    """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages)."""
+    bucket = head_dim_bucket(head_dim)
+    block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket]
+    return Sm90FwdConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=block_m,
+        block_n=block_n,
+        num_stages=num_stages,
+        mask_right=causal or window_right >= 0,
+        mask_left=window_left >= 0,
+    )
+
+
+@dataclass(frozen=True)
 class BwdConfig:
     """Static configuration of the sm80 backward kernel (one compiled kernel per distinct value).
 

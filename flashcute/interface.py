@@ -13,10 +13,10 @@ import functools
 import torch
 
 from flashcute import compile_cache
-from flashcute.config import bwd_config, dq_config, fwd_config
+from flashcute.config import bwd_config, dq_config, fwd_config, sm90_fwd_config
 from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs, validate_pointers
 
-KERNELS = ("sm80",)
+KERNELS = ("sm80", "sm90")
 
 
 @functools.cache
@@ -31,11 +31,13 @@ def device_arch(device: torch.device) -> str:
 
 
 def available_kernels(device: torch.device | None = None) -> list[str]:
-    """Names of the flashcute kernels the given (default: current) CUDA device can run; [] without a GPU."""
+    """Names of the flashcute kernels the given (default: current) CUDA device can run, fastest first ("auto"
+    picks the first); [] without a GPU. The sm90 kernel (TMA, wgmma) runs on sm_90 only; the sm80 kernel
+    (mma.sync) on sm_80 and newer."""
     if not torch.cuda.is_available():
         return []
     major, _ = _capability(torch.cuda._utils._get_device_index(device, optional=True))
-    return ["sm80"] if major >= 8 else []
+    return (["sm90"] if major == 9 else []) + (["sm80"] if major >= 8 else [])
 
 
 def _check_kernel(kernel: str, device: torch.device) -> None:
@@ -81,12 +83,17 @@ def launch_fwd(
     diag_offset: int,
     window_left: int,
     window_right: int,
+    kernel: str = "auto",
 ) -> None:
-    """Launch the forward kernel into given outputs (validated inputs only; tests use it to poison outputs)."""
+    """Launch a forward kernel ("auto": the fastest available) into given outputs (validated inputs only; tests
+    use it to poison outputs)."""
     from flashcute.kernels.build import compile_fwd
 
+    _check_kernel(kernel, q.device)
     validate_pointers(q=q, k=k, v=v)
-    config = fwd_config(q.shape[-1], _dtype_name(q), window_left=window_left, window_right=window_right)
+    name = available_kernels(q.device)[0] if kernel == "auto" else kernel
+    make_config = sm90_fwd_config if name == "sm90" else fwd_config
+    config = make_config(q.shape[-1], _dtype_name(q), window_left=window_left, window_right=window_right)
     arch = device_arch(q.device)
     kernel = compile_cache.get_compiled(arch, config, functools.partial(compile_fwd, config, arch))
     _run_on_device(q.device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
@@ -148,11 +155,10 @@ def _fwd(
     kernel: str,
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_kernel(kernel, q.device)
     batch, seqlen_q, nheads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
-    launch_fwd(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+    launch_fwd(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, kernel)
     return out, lse
 
 

@@ -1,4 +1,6 @@
-"""Forward kernel on the GPU against the float64 spec (design.md's error budget), outputs NaN-poisoned."""
+"""Forward kernels on the GPU against the float64 spec (design.md's error budget), outputs NaN-poisoned.
+
+Every test runs once per kernel (sm80: mma.sync; sm90: TMA + wgmma, on sm_90 only)."""
 
 from __future__ import annotations
 
@@ -27,34 +29,42 @@ MASKS = [
 ]
 
 
+@pytest.fixture(params=["sm80", "sm90"])
+def kernel(request) -> str:
+    if request.param not in flashcute.available_kernels():
+        pytest.skip(f"kernel {request.param} does not run on this GPU")
+    return request.param
+
+
 def randn(*shape, dtype=torch.bfloat16):
     return torch.randn(*shape, device="cuda", dtype=dtype)
 
 
-def run_poisoned(q, k, v, **options):
+def run_poisoned(q, k, v, kernel, **options):
     """Run the kernel into NaN-filled outputs, so any element it fails to write fails the check."""
     args = validate_attention_args(q, k, v, **options)
     q, k, v = validate_cuda_inputs(q, k, v, args)
     out = torch.full(q.shape, math.nan, dtype=q.dtype, device=q.device)
     lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device=q.device)
-    launch_fwd(q, k, v, out, lse, args.softmax_scale, args.diagonal_offset, *kernel_window(args))
+    launch_fwd(q, k, v, out, lse, args.softmax_scale, args.diagonal_offset, *kernel_window(args), kernel)
     return out, lse
 
 
-def check(q, k, v, **options):
-    out, lse = run_poisoned(q, k, v, **options)
+def check(q, k, v, kernel, **options):
+    out, lse = run_poisoned(q, k, v, kernel, **options)
     check_against_spec(out, lse, q, k, v, **options)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("seqlens", SEQLENS, ids=str)
 @pytest.mark.parametrize("mask", MASKS, ids=str)
-def test_seqlens_and_masks(dtype, seqlens, mask):
+def test_seqlens_and_masks(dtype, seqlens, mask, kernel):
     seqlen_q, seqlen_k = seqlens
     batch = 2 if seqlen_q * seqlen_k < 10**6 else 1
     check(
         randn(batch, seqlen_q, 3, 128, dtype=dtype),
         *(randn(batch, seqlen_k, 3, 128, dtype=dtype) for _ in "kv"),
+        kernel,
         **mask,
     )
 
@@ -62,90 +72,90 @@ def test_seqlens_and_masks(dtype, seqlens, mask):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_head_dims(dtype, head_dim, causal):
+def test_head_dims(dtype, head_dim, causal, kernel):
     q = randn(2, 239, 4, head_dim, dtype=dtype)
     k, v = (randn(2, 301, 4, head_dim, dtype=dtype) for _ in "kv")
-    check(q, k, v, causal=causal)
+    check(q, k, v, kernel, causal=causal)
 
 
 @pytest.mark.parametrize("nheads_k", [1, 2])
-def test_gqa_mqa(nheads_k):
+def test_gqa_mqa(nheads_k, kernel):
     q = randn(2, 300, 8, 64)
     k, v = (randn(2, 257, nheads_k, 64) for _ in "kv")
-    check(q, k, v, causal=True)
+    check(q, k, v, kernel, causal=True)
 
 
-def test_packed_qkv_views():
+def test_packed_qkv_views(kernel):
     """Slices of one (batch, seqlen, 3, nheads, head_dim) tensor: strided, non-contiguous inputs."""
     qkv = randn(2, 333, 3, 4, 64)
     q, k, v = qkv.unbind(dim=2)
     assert not q.is_contiguous()
-    check(q, k, v, causal=True)
+    check(q, k, v, kernel, causal=True)
     hq = randn(1, 257, 16 * 3, 64)  # heads interleaved along one dim, then sliced with a step
-    check(hq[:, :, 0::3], hq[:, :, 1::3], hq[:, :, 2::3])
+    check(hq[:, :, 0::3], hq[:, :, 1::3], hq[:, :, 2::3], kernel)
 
 
-def test_many_heads_times_batch():
+def test_many_heads_times_batch(kernel):
     """batch * heads > 65535 thread blocks along one grid dim would overflow gridDim.y/z."""
     q = randn(1100, 1, 64, 32)
     k, v = (randn(1100, 5, 64, 32) for _ in "kv")
-    check(q, k, v)
+    check(q, k, v, kernel)
 
 
-def test_rows_that_see_no_key():
+def test_rows_that_see_no_key(kernel):
     """Bottom-right causal with seqlen_q > seqlen_k: the first rows see nothing: O = 0, LSE = -inf."""
     q = randn(1, 200, 2, 64)
     k, v = (randn(1, 70, 2, 64) for _ in "kv")
-    out, lse = run_poisoned(q, k, v, causal=True)
+    out, lse = run_poisoned(q, k, v, kernel, causal=True)
     assert torch.equal(out[:, :130], torch.zeros_like(out[:, :130]))
     assert torch.isneginf(lse[:, :, :130]).all()
     check_against_spec(out, lse, q, k, v, causal=True)
 
 
-def test_softmax_scale_and_lse():
+def test_softmax_scale_and_lse(kernel):
     q = randn(2, 190, 2, 64)
     k, v = (randn(2, 190, 2, 64) for _ in "kv")
-    check(q, k, v, softmax_scale=0.3)
-    out, lse = flashcute.flash_attn_func(q, k, v, softmax_scale=0.3, return_lse=True)
+    check(q, k, v, kernel, softmax_scale=0.3)
+    out, lse = flashcute.flash_attn_func(q, k, v, softmax_scale=0.3, return_lse=True, kernel=kernel)
     check_against_spec(out, lse, q, k, v, softmax_scale=0.3)
 
 
-def test_nan_in_v_propagates_like_spec():
+def test_nan_in_v_propagates_like_spec(kernel):
     q = randn(1, 64, 1, 64)
     k, v = (randn(1, 64, 1, 64) for _ in "kv")
     v[0, 5, 0, 3] = math.nan
-    out = flashcute.flash_attn_func(q, k, v)
+    out = flashcute.flash_attn_func(q, k, v, kernel=kernel)
     assert out[..., 3].isnan().all() and not out[..., :3].isnan().any()
 
 
-def test_deterministic_bitwise():
+def test_deterministic_bitwise(kernel):
     q = randn(2, 1000, 4, 128)
     k, v = (randn(2, 1000, 4, 128) for _ in "kv")
-    first = flashcute.flash_attn_func(q, k, v, causal=True, return_lse=True)
-    second = flashcute.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    first = flashcute.flash_attn_func(q, k, v, causal=True, return_lse=True, kernel=kernel)
+    second = flashcute.flash_attn_func(q, k, v, causal=True, return_lse=True, kernel=kernel)
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
 
 
-def test_non_default_stream():
+def test_non_default_stream(kernel):
     q = randn(2, 500, 4, 64)
     k, v = (randn(2, 500, 4, 64) for _ in "kv")
-    expected = flashcute.flash_attn_func(q, k, v)
+    expected = flashcute.flash_attn_func(q, k, v, kernel=kernel)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         torch.cuda._sleep(10**7)  # keep the side stream busy: a launch on the default stream would race ahead
-        out = flashcute.flash_attn_func(q, k, v)
+        out = flashcute.flash_attn_func(q, k, v, kernel=kernel)
     torch.cuda.current_stream().wait_stream(stream)
     assert torch.equal(out, expected)
 
 
-def test_cuda_graph_replay():
+def test_cuda_graph_replay(kernel):
     q = randn(2, 300, 4, 64)
     k, v = (randn(2, 300, 4, 64) for _ in "kv")
-    flashcute.flash_attn_func(q, k, v, causal=True)  # compile outside the capture
+    flashcute.flash_attn_func(q, k, v, causal=True, kernel=kernel)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = flashcute.flash_attn_func(q, k, v, causal=True)
+        out = flashcute.flash_attn_func(q, k, v, causal=True, kernel=kernel)
     for _ in range(2):
         q.copy_(torch.randn_like(q))
         graph.replay()
@@ -169,22 +179,32 @@ def test_bad_inputs_raise_before_launch(bad, message):
         flashcute.flash_attn_func(q, k, v)
 
 
-@pytest.mark.parametrize("tiles", [(128, 64, 4, 2), (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1)], ids=str)
+OTHER_TILES = {
+    "sm80": [(128, 64, 4, 2), (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1)],
+    "sm90": [(64, 128, 2), (192, 128, 2), (128, 64, 3), (128, 176, 2), (128, 112, 1)],
+}
+
+
+@pytest.mark.parametrize("choice", range(5))
 @pytest.mark.parametrize("mask", MASKS[:4], ids=str)
-def test_other_tile_configs(tiles, mask):
+def test_other_tile_configs(choice, mask, kernel):
     """Tile shapes and stage counts besides the heuristic's pick, on lengths that leave partial tiles."""
     from flashcute import compile_cache
-    from flashcute.config import fwd_config
+    from flashcute.config import fwd_config, sm90_fwd_config
     from flashcute.interface import device_arch
     from flashcute.kernels.build import compile_fwd
 
+    if choice >= len(OTHER_TILES[kernel]):
+        pytest.skip(f"{kernel} has {len(OTHER_TILES[kernel])} alternative tile configs")
     q = randn(2, 333, 4, 96)
     k, v = (randn(2, 517, 2, 96) for _ in "kv")
     args = validate_attention_args(q, k, v, **mask)
-    config = fwd_config(96, "bfloat16", window_left=args.window_left, window_right=args.window_right, tiles=tiles)
+    make_config = sm90_fwd_config if kernel == "sm90" else fwd_config
+    window = {"window_left": args.window_left, "window_right": args.window_right}
+    config = make_config(96, "bfloat16", **window, tiles=OTHER_TILES[kernel][choice])
     arch = device_arch(q.device)
-    kernel = compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
+    compiled = compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
     out = torch.full_like(q, math.nan)
     lse = torch.full((2, 4, 333), math.nan, device="cuda")
-    kernel(q, k, v, out, lse, args.softmax_scale, args.diagonal_offset, args.window_left, args.window_right)
+    compiled(q, k, v, out, lse, args.softmax_scale, args.diagonal_offset, args.window_left, args.window_right)
     check_against_spec(out, lse, q, k, v, **mask)

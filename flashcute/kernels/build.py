@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flashcute.config import BwdConfig, DQConfig, FwdConfig
+from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90FwdConfig
 
 ARCHS = ("sm_80", "sm_90a")
 
@@ -78,14 +78,17 @@ def _compile(kernel_class, config, arch: str, dump_dir: Path | None, *tensors):
     return cute.compile(kernel_class(config), *tensors, 1.0, 0, -1, -1, stream, options=options)
 
 
-def compile_fwd(config: FwdConfig, arch: str, dump_dir: Path | None = None):
-    """The forward kernel: (q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)."""
+def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | None = None):
+    """A forward kernel, sm80 or sm90 by the config's type: (q, k, v, out, lse, softmax_scale, diag_offset,
+    window_left, window_right)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
+    from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 
+    kernel_class = FlashAttentionForwardSm90 if isinstance(config, Sm90FwdConfig) else FlashAttentionForwardSm80
     p = _SymbolicProblem(config)
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
-    return _compile(FlashAttentionForwardSm80, config, arch, dump_dir, *tensors)
+    return _compile(kernel_class, config, arch, dump_dir, *tensors)
 
 
 def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
@@ -113,7 +116,9 @@ def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
     return _compile(FlashAttentionBackwardDQSm80, config, arch, dump_dir, *tensors)
 
 
-def compile_kernel(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None):
+def compile_kernel(config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None):
     """Compile whichever kernel ``config`` configures."""
-    build = {FwdConfig: compile_fwd, BwdConfig: compile_bwd, DQConfig: compile_dq}[type(config)]
+    build = {FwdConfig: compile_fwd, Sm90FwdConfig: compile_fwd, BwdConfig: compile_bwd, DQConfig: compile_dq}[
+        type(config)
+    ]
     return build(config, arch, dump_dir)

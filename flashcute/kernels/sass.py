@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashcute.config import BwdConfig, DQConfig, FwdConfig
+from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90FwdConfig
 
 # `/*0a40*/  @!P0 LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64] ;` -> "LDGSTS.E.BYPASS.LTC128B.128"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
@@ -60,12 +60,16 @@ class SassReport:
         return sum(self.opcodes.values())
 
 
-def variant_label(config: FwdConfig | BwdConfig | DQConfig) -> str:
+def variant_label(config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig) -> str:
     """A short name for a config: "bfloat16-d128-128x64w4s1-right" is bf16, head dim 128, block_m x block_n,
     4 warps, 1 K/V stage, causal-like mask; "d128pad" is a head dim padded up to 128; masks: nomask, right, left,
     both. Backward kernels start with "bwd-" (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic
-    mode) or "dq-" (the deterministic dQ kernel) and have no stage count."""
+    mode) or "dq-" (the deterministic dQ kernel) and have no stage count. Hopper forward kernels start with
+    "sm90-" and have no warp count (one producer and block_m / 64 consumer warpgroups)."""
     head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
+    mask = MASK_NAMES[config.mask_right, config.mask_left]
+    if isinstance(config, Sm90FwdConfig):
+        return f"sm90-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}-{mask}"
     tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}"
     prefix = ""
     if isinstance(config, BwdConfig):
@@ -74,7 +78,7 @@ def variant_label(config: FwdConfig | BwdConfig | DQConfig) -> str:
         prefix = "dq-"
     else:
         tiles += f"s{config.num_stages}"
-    return f"{prefix}{config.dtype}-{head_dim}-{tiles}-{MASK_NAMES[config.mask_right, config.mask_left]}"
+    return f"{prefix}{config.dtype}-{head_dim}-{tiles}-{mask}"
 
 
 def tool(name: str) -> Path:

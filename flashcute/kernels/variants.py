@@ -14,7 +14,18 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, BwdConfig, DQConfig, FwdConfig, bwd_config, dq_config, fwd_config
+from flashcute.config import (
+    DTYPES,
+    HEAD_DIM_BUCKETS,
+    BwdConfig,
+    DQConfig,
+    FwdConfig,
+    Sm90FwdConfig,
+    bwd_config,
+    dq_config,
+    fwd_config,
+    sm90_fwd_config,
+)
 
 # (window_left, window_right) pairs that reach each mask variant: none, causal, sliding window, left-only window
 MASK_VARIANTS = ((-1, -1), (-1, 0), (8, 8), (8, -1))
@@ -33,6 +44,11 @@ def fwd_variants(exact_only: bool = False) -> list[FwdConfig]:
     return _variants(fwd_config, exact_only)
 
 
+def sm90_fwd_variants(exact_only: bool = False) -> list[Sm90FwdConfig]:
+    """The Hopper forward kernel's configs, as fwd_variants (built for sm_90a only)."""
+    return _variants(sm90_fwd_config, exact_only)
+
+
 def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig]:
     """Every backward kernel the heuristics pick, per dtype x head-dim bucket x mask variant (x exact/padded):
     the dK/dV kernel with dQ atomics, the same without them, and the deterministic dQ kernel."""
@@ -43,7 +59,7 @@ def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig]:
     ]
 
 
-def _compile_one(config: FwdConfig | BwdConfig | DQConfig, arch: str) -> float:
+def _compile_one(config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig, arch: str) -> float:
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute import compile_cache
     from flashcute.kernels.build import compile_kernel
@@ -60,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact-only", action="store_true", help="skip the padded-head-dim variants")
     args = parser.parse_args(argv)
     configs = [*fwd_variants(args.exact_only), *bwd_variants(args.exact_only)]
+    if args.arch == "sm_90a":
+        configs += sm90_fwd_variants(args.exact_only)
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         seconds = list(pool.map(_compile_one, configs, itertools.repeat(args.arch)))

@@ -4,17 +4,28 @@ An SM80 16x8 accumulator fragment has shape ((2, 2), MMA_M, MMA_N): a thread hol
 row r and the same 2 columns of row r + 8, in each of MMA_M x MMA_N atoms. Softmax works per row, so it reads the
 fragment through a (rows, cols) view; P.V reuses the same registers as an A operand, which mma.sync 16x8x16 wants
 as ((2, 2, 2), MMA_M, MMA_K): two neighbouring 16x8 C atoms make one 16x16 A atom.
+
+A Hopper wgmma 64xN accumulator is the same pattern with the N/8 column blocks folded into the first mode,
+((2, 2, N/8), MMA_M, MMA_N), and its (rows, cols) view is ((2, MMA_M), (2, N/8, MMA_N)).
 """
 
 import cutlass.cute as cute
 
 
 def acc_rows_cols(acc: cute.Tensor) -> cute.Tensor:
-    """View an accumulator fragment ((2, 2), MMA_M, MMA_N) as (rows, cols) = ((2, MMA_M), (2, MMA_N))."""
+    """View an accumulator fragment ((2, 2), MMA_M, MMA_N) as (rows, cols) = ((2, MMA_M), (2, MMA_N)), or a
+    wgmma one ((2, 2, N/8), MMA_M, MMA_N) as ((2, MMA_M), (2, N/8, MMA_N))."""
     flat = cute.make_layout(acc.layout.shape)
+    col_modes = (0, 2) if cute.rank(flat.shape[0]) == 3 else (0,)
     rows_cols = cute.make_layout(
-        ((flat.shape[0][1], flat.shape[1]), (flat.shape[0][0], flat.shape[2])),
-        stride=((flat.stride[0][1], flat.stride[1]), (flat.stride[0][0], flat.stride[2])),
+        (
+            (flat.shape[0][1], flat.shape[1]),
+            (*(flat.shape[0][i] for i in col_modes), flat.shape[2]),
+        ),
+        stride=(
+            (flat.stride[0][1], flat.stride[1]),
+            (*(flat.stride[0][i] for i in col_modes), flat.stride[2]),
+        ),
     )
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, rows_cols))
 

@@ -14,11 +14,22 @@ class AttentionMask:
     Each thread compares its columns as ``thread 0's column (a compile-time constant) < limit - own offset``:
     the fragment of every thread is thread 0's shifted by a fixed (row, col), so only the limit is computed at
     run time, once per row.
+
+    By default the MMA covers the whole (block_m, block_n) tile. A Hopper consumer warpgroup covers only its
+    ``mma_rows`` rows of it, starting ``row_offset`` rows into the tile.
     """
 
-    def __init__(self, tile_info: TileInfo, thr_mma: cute.TiledMma, thr0_mma: cute.TiledMma):
+    def __init__(
+        self,
+        tile_info: TileInfo,
+        thr_mma: cute.TiledMma,
+        thr0_mma: cute.TiledMma,
+        mma_rows: int | None = None,
+        row_offset: Int32 = 0,
+    ):
         self.tile_info = tile_info
-        coords = cute.make_identity_tensor((tile_info.block_m, tile_info.block_n))
+        self.row_offset = row_offset
+        coords = cute.make_identity_tensor((mma_rows or tile_info.block_m, tile_info.block_n))
         self.tScS = acc_rows_cols(thr_mma.partition_C(coords))
         self.t0ScS = acc_rows_cols(thr0_mma.partition_C(coords))
 
@@ -33,7 +44,7 @@ class AttentionMask:
             hi = seqlen_limit
             lo = Int32(0)
             if cutlass.const_expr(mask_rows):
-                row = m_block * info.block_m + self.tScS[r, 0][0]
+                row = m_block * info.block_m + self.row_offset + self.tScS[r, 0][0]
                 if cutlass.const_expr(info.mask_right):
                     hi = cutlass.min(hi, row + info.diag_offset + info.window_right + 1 - col_offset)
                 if cutlass.const_expr(info.mask_left):

@@ -1,0 +1,45 @@
+"""Step 2 on Hopper: whole tiles move between global and shared memory by TMA (cp.async.bulk.tensor).
+
+One thread issues a copy of a (rows, head_dim) box described by a tensor map that the host builds per call from
+the tensor's real sizes and strides. Rows past seqlen and columns past head_dim are zero-filled on loads and
+dropped on stores, so tails and padded head dims need no predicates. Shared-memory tiles use the 128-, 64- or
+32-byte swizzle that wgmma reads without bank conflicts, chosen from the head dim.
+"""
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+
+def smem_layout(dtype: type[cutlass.Numeric], rows: int, head_dim: int, stages: int) -> cute.ComposedLayout:
+    """A (rows, head_dim, stages) row-major swizzled shared-memory layout that wgmma and TMA both accept."""
+    atom = warpgroup.make_smem_layout_atom(
+        sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, head_dim), dtype
+    )
+    return cute.tile_to_shape(atom, (rows, head_dim, stages), (0, 1, 2))
+
+
+def bshd_to_sdhb(t: cute.Tensor) -> cute.Tensor:
+    """View a (batch, seqlen, heads, head_dim) tensor as (seqlen, head_dim, heads, batch), TMA's mode order."""
+    return cute.make_tensor(t.iterator, cute.select(t.layout, mode=[1, 3, 2, 0]))
+
+
+def make_tma(op, tensor: cute.Tensor, staged_layout: cute.ComposedLayout, rows: int, head_dim: int):
+    """(copy atom, coordinate tensor) for (rows, head_dim) boxes of ``tensor`` into one stage of ``staged_layout``."""
+    return cpasync.make_tiled_tma_atom(op, tensor, cute.select(staged_layout, mode=[0, 1]), (rows, head_dim))
+
+
+@cute.jit
+def partition_tiles(tma_atom: cute.CopyAtom, sX: cute.Tensor, mX: cute.Tensor, rows: int, head_dim: int):
+    """(smem boxes per stage, gmem boxes per tile index) for the (seqlen, head_dim) slice ``mX``."""
+    gX = cute.local_tile(mX, (rows, head_dim), (None, 0))
+    return cpasync.tma_partition(
+        tma_atom, 0, cute.make_layout(1), cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2)
+    )
+
+
+def tx_bytes(dtype: type[cutlass.Numeric], staged_layout: cute.ComposedLayout) -> int:
+    """Bytes one stage receives, what the mbarrier of a TMA load waits for (zero-filled bytes count too)."""
+    return cute.size_in_bytes(dtype, cute.select(staged_layout, mode=[0, 1]))

@@ -1,0 +1,1 @@
+"""Hopper (sm_90a) kernels: TMA, wgmma, warp specialization."""

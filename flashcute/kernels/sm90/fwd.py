@@ -1,0 +1,497 @@
+"""The FlashAttention forward kernel for Hopper (sm_90a): TMA, wgmma and warp specialization.
+
+The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery under them differs:
+
+- Warp specialization. Warpgroup 0 is the producer: it gives up registers (setmaxnreg) and one of its warps
+  issues TMA loads of Q and of every K and V tile into a ring of shared-memory stages, each guarded by a full and
+  an empty mbarrier (cutlass.pipeline.PipelineTmaAsync). Warpgroups 1.. are consumers, 64 rows of the Q tile each.
+- wgmma. S = Q K^T reads both operands from shared memory; O += P V takes P from registers.
+- Softmax under the tensor cores. Inside a warpgroup, the Q K^T of tile n is issued before the P V of tile n + 1
+  (the one before it in walking order), so the softmax of S_n runs while that P V is still on the tensor cores.
+  Across warpgroups, a pair of named barriers makes them take turns issuing their MMAs, so one warpgroup's softmax
+  overlaps the other's MMAs.
+- Epilogue. Each warpgroup writes its 64 rows of O into the shared memory that held its part of Q, and one
+  thread stores them with a TMA store (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
+
+K/V tiles are walked from the last to the first, split into masked and unmasked runs by TileInfo exactly as in the
+sm80 kernel. A Q tile that sees no key at all loads nothing and writes O = 0, LSE = -inf.
+"""
+
+from functools import partial
+from types import SimpleNamespace
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+from cutlass import Float32, Int32
+from cutlass.cute.nvgpu import cpasync
+
+from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, Sm90FwdConfig
+from flashcute.kernels.common import tma
+from flashcute.kernels.common.epilogue import store_lse
+from flashcute.kernels.common.mask import AttentionMask
+from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
+from flashcute.kernels.common.tile_info import TileInfo
+from flashcute.kernels.common.wgmma import gemm, make_tiled_mmas, store_probs, transpose_view
+from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
+from flashcute.kernels.sm80.limits import MAX_SMEM_BYTES
+
+PRODUCER_REGS = 24  # registers a producer thread keeps after setmaxnreg; the consumers get the rest
+CONSUMER_REGS = {1: 256, 2: 240, 3: 160}  # per consumer thread, by number of consumer warpgroups
+# Named barriers (0 is __syncthreads): one per consumer warpgroup for taking turns, one per warpgroup epilogue.
+SCHEDULER_BARRIER = 1
+EPILOGUE_BARRIER = 4
+
+
+class FlashAttentionForwardSm90:
+    """Forward attention on Hopper. Construct from a Sm90FwdConfig; compile with cute.compile for sm_90a."""
+
+    def __init__(self, config: Sm90FwdConfig):
+        self.config = config
+        self.dtype = CUTLASS_DTYPES[config.dtype]
+        self.block_m = config.block_m
+        self.block_n = config.block_n
+        self.head_dim_padded = config.head_dim_padded
+        self.num_stages = config.num_stages
+        self.num_wg = config.num_mma_warpgroups
+
+    @staticmethod
+    def can_implement(config: Sm90FwdConfig, arch: str) -> str | None:
+        """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
+        if arch != "sm_90a":
+            return f"the sm90 kernel needs TMA and wgmma: target sm_90a, not {arch}"
+        if config.dtype not in DTYPES:
+            return f"dtype {config.dtype!r} is not one of {DTYPES}"
+        if config.head_dim_padded not in HEAD_DIM_BUCKETS:
+            return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
+        if config.block_m not in (64, 128, 192):
+            return f"block_m={config.block_m} is not 64, 128 or 192 (one to three 64-row consumer warpgroups)"
+        if config.block_n % 16 != 0 or not 16 <= config.block_n <= 256:
+            return f"block_n={config.block_n} is not a multiple of 16 in [16, 256] (wgmma N and P V's k-steps)"
+        if config.num_stages < 1:
+            return f"num_stages={config.num_stages} is below 1"
+        if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
+            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {MAX_SMEM_BYTES[arch]}"
+        return None
+
+    # ---------------------------------------------------------------- host side: layouts, tensor maps, launch
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
+        mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
+        mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
+        softmax_scale: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        stream: cuda.CUstream,
+    ):
+        d = self.head_dim_padded
+        sQ_layout = tma.smem_layout(self.dtype, 64, d, self.num_wg)  # one 64-row stage per consumer warpgroup
+        sKV_layout = tma.smem_layout(self.dtype, self.block_n, d, self.num_stages)
+        tiled_mma_qk, tiled_mma_pv = make_tiled_mmas(self.dtype, self.block_n, d)
+
+        mQ_t, mK_t, mV_t, mO_t = (tma.bshd_to_sdhb(t) for t in (mQ, mK, mV, mO))
+        load = cpasync.CopyBulkTensorTileG2SOp()
+        tma_Q, tQ = tma.make_tma(load, mQ_t, sQ_layout, 64, d)
+        tma_K, tK = tma.make_tma(load, mK_t, sKV_layout, self.block_n, d)
+        tma_V, tV = tma.make_tma(load, mV_t, sKV_layout, self.block_n, d)
+        tma_O, tO = tma.make_tma(cpasync.CopyBulkTensorTileS2GOp(), mO_t, sQ_layout, 64, d)
+        self.tx_bytes_q = tma.tx_bytes(self.dtype, sQ_layout) * self.num_wg
+        self.tx_bytes_kv = tma.tx_bytes(self.dtype, sKV_layout)
+
+        @cute.struct
+        class SharedStorage:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
+            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+
+        num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
+        self.kernel(
+            tQ,
+            tK,
+            tV,
+            tO,
+            mLSE,
+            tma_Q,
+            tma_K,
+            tma_V,
+            tma_O,
+            softmax_scale * LOG2_E,
+            diag_offset,
+            window_left,
+            window_right,
+            num_m_blocks,
+            mQ.shape[1],
+            mK.shape[1],
+            sQ_layout,
+            sKV_layout,
+            tiled_mma_qk,
+            tiled_mma_pv,
+            SharedStorage,
+        ).launch(
+            grid=[num_m_blocks * mQ.shape[2] * mQ.shape[0], 1, 1],
+            block=[self.config.num_threads, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=1,
+        )
+
+    # ---------------------------------------------------------------- device side
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,  # TMA coordinate tensors, (seqlen, head_dim, heads, batch)
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        tma_Q: cute.CopyAtom,
+        tma_K: cute.CopyAtom,
+        tma_V: cute.CopyAtom,
+        tma_O: cute.CopyAtom,
+        scale_log2: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        num_m_blocks: Int32,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        sQ_layout: cute.ComposedLayout,
+        sKV_layout: cute.ComposedLayout,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        cfg = self.config
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            for atom in (tma_Q, tma_K, tma_V, tma_O):
+                cpasync.prefetch_descriptor(atom)
+
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * self.num_wg)  # one arrive per warp
+        make_pipeline = partial(
+            pipeline.PipelineTmaAsync.create, producer_group=producer, consumer_group=consumers, defer_sync=True
+        )
+        pipes = SimpleNamespace(
+            q=make_pipeline(num_stages=1, tx_count=self.tx_bytes_q, barrier_storage=storage.mbar_q.data_ptr()),
+            k=make_pipeline(
+                num_stages=self.num_stages, tx_count=self.tx_bytes_kv, barrier_storage=storage.mbar_k.data_ptr()
+            ),
+            v=make_pipeline(
+                num_stages=self.num_stages, tx_count=self.tx_bytes_kv, barrier_storage=storage.mbar_v.data_ptr()
+            ),
+        )
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)  # (64, D, warpgroup)
+        sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)  # (block_n, D, stage)
+        sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)  # (block_n, D, stage)
+
+        # ---- step 1: which tile is ours (the sm80 kernel's 1-D grid order: longest causal rows first)
+        bidx, _, _ = cute.arch.block_idx()
+        nheads = mQ.shape[2]
+        m_block = num_m_blocks - 1 - bidx % num_m_blocks
+        head_idx = (bidx // num_m_blocks) % nheads
+        batch_idx = bidx // num_m_blocks // nheads
+        kv_head_idx = head_idx // (nheads // mK.shape[2])
+        tile_info = TileInfo(
+            self.block_m,
+            self.block_n,
+            cfg.mask_right,
+            cfg.mask_left,
+            seqlen_q,
+            seqlen_k,
+            diag_offset,
+            window_left,
+            window_right,
+        )
+        n_block_min, n_block_max = tile_info.n_block_range(m_block)
+        tile = SimpleNamespace(
+            m_block=m_block,
+            head_idx=head_idx,
+            batch_idx=batch_idx,
+            kv_head_idx=kv_head_idx,
+            n_block_min=n_block_min,
+            n_block_max=n_block_max,
+        )
+
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+            if warp_idx == 0:
+                self.load(mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipes, tile)
+        else:
+            cute.arch.setmaxregister_increase(CONSUMER_REGS[self.num_wg])
+            self.consume(
+                mO,
+                mLSE,
+                tma_O,
+                sQ,
+                sK,
+                sV,
+                pipes,
+                tile,
+                tile_info,
+                scale_log2,
+                seqlen_q,
+                tiled_mma_qk,
+                tiled_mma_pv,
+            )
+
+    @cute.jit
+    def load(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        tma_Q: cute.CopyAtom,
+        tma_K: cute.CopyAtom,
+        tma_V: cute.CopyAtom,
+        pipes: SimpleNamespace,
+        tile: SimpleNamespace,
+    ):
+        """Step 2, the producer warp: Q once, then K[n] and V[n] for n from the last visited tile to the first."""
+        d = self.head_dim_padded
+        tQsQ, tQgQ = tma.partition_tiles(tma_Q, sQ, mQ[None, None, tile.head_idx, tile.batch_idx], 64, d)
+        kv_slice = (None, None, tile.kv_head_idx, tile.batch_idx)
+        tKsK, tKgK = tma.partition_tiles(tma_K, sK, mK[kv_slice], self.block_n, d)
+        tVsV, tVgV = tma.partition_tiles(tma_V, sV, mV[kv_slice], self.block_n, d)
+        # (Loops read the pipelines through locals: the tracer carries what a loop uses through it and rebinds the
+        # names it finds, and a rebound attribute of ``pipes`` would leak this warp's loop into the consumers.)
+        pipe_q, pipe_k, pipe_v = pipes.q, pipes.k, pipes.v
+        n_block_max = tile.n_block_max
+        if n_block_max > tile.n_block_min:
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            pipe_q.producer_acquire(q_state)
+            for wg in cutlass.range_constexpr(self.num_wg):
+                # rows past seqlen_q (even a whole warpgroup's) are zero-filled
+                q_tile = tile.m_block * self.num_wg + wg
+                cute.copy(tma_Q, tQgQ[None, q_tile], tQsQ[None, wg], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+            for i in cutlass.range(n_block_max - tile.n_block_min, unroll=1):
+                n_block = n_block_max - 1 - i
+                pipe_k.producer_acquire(state)
+                cute.copy(
+                    tma_K, tKgK[None, n_block], tKsK[None, state.index], tma_bar_ptr=pipe_k.producer_get_barrier(state)
+                )
+                pipe_v.producer_acquire(state)
+                cute.copy(
+                    tma_V, tVgV[None, n_block], tVsV[None, state.index], tma_bar_ptr=pipe_v.producer_get_barrier(state)
+                )
+                state.advance()
+
+    @cute.jit
+    def consume(
+        self,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        tma_O: cute.CopyAtom,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        pipes: SimpleNamespace,
+        tile: SimpleNamespace,
+        tile_info: TileInfo,
+        scale_log2: Float32,
+        seqlen_q: Int32,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+    ):
+        """Steps 3 to 7 for one consumer warpgroup's 64 rows."""
+        d = self.head_dim_padded
+        tidx, _, _ = cute.arch.thread_idx()
+        wg = cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4 - 1
+        wg_tidx = tidx % 128
+        thr_mma_qk = tiled_mma_qk.get_slice(wg_tidx)
+        thr_mma_pv = tiled_mma_pv.get_slice(wg_tidx)
+        sQ_wg = sQ[None, None, wg]
+
+        # ---- steps 3 and 6: MMA operands (shared-memory descriptors) and accumulators
+        tSrQ = thr_mma_qk.make_fragment_A(thr_mma_qk.partition_A(sQ_wg))
+        tSrK = thr_mma_qk.make_fragment_B(thr_mma_qk.partition_B(sK))
+        tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(transpose_view(sV)))
+        tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_shape_A((64, self.block_n)))
+        acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, d)))
+        acc_O.fill(0.0)
+        softmax = OnlineSoftmax(scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]))
+        mask = AttentionMask(tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
+        mma = SimpleNamespace(
+            tiled_mma_qk=tiled_mma_qk,
+            tiled_mma_pv=tiled_mma_pv,
+            thr_mma_qk=thr_mma_qk,
+            tSrQ=tSrQ,
+            tSrK=tSrK,
+            tOrVt=tOrVt,
+            tOrP=tOrP,
+            acc_O=acc_O,
+        )
+
+        if cutlass.const_expr(self.num_wg > 1):  # noqa: SIM102 (a compile-time test around a run-time one)
+            if wg == 0:  # the first warpgroup may issue first
+                cute.arch.barrier_arrive(barrier_id=SCHEDULER_BARRIER, number_of_threads=256)
+
+        if tile.n_block_max > tile.n_block_min:
+            self.mainloop(mma, pipes, softmax, mask, tile, tile_info, wg)
+        self.epilogue(mO, mLSE, tma_O, sQ_wg, softmax, acc_O, tiled_mma_pv, tile, seqlen_q, wg)
+
+    @cute.jit
+    def epilogue(
+        self,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        tma_O: cute.CopyAtom,
+        sO: cute.Tensor,
+        softmax: OnlineSoftmax,
+        acc_O: cute.Tensor,
+        tiled_mma_pv: cute.TiledMma,
+        tile: SimpleNamespace,
+        seqlen_q: Int32,
+        wg: Int32,
+    ):
+        """Step 7: O = U / l, LSE; O leaves through this warpgroup's part of sQ, by TMA."""
+        wg_tidx = cute.arch.thread_idx()[0] % 128
+        inv_sum, lse = softmax.finalize()
+        softmax.rescale_o(acc_O, inv_sum)
+        q_tile = tile.m_block * self.num_wg + wg
+        self.store_o(mO, tma_O, sO, acc_O, tiled_mma_pv, tile, q_tile, wg, wg_tidx)
+        gLSE = cute.local_tile(mLSE[tile.batch_idx, tile.head_idx, None], (64,), (q_tile,))
+        store_lse(lse, gLSE, tiled_mma_pv.get_slice(wg_tidx), (64, self.head_dim_padded), seqlen_q - q_tile * 64)
+
+    @cute.jit
+    def mainloop(
+        self,
+        mma: SimpleNamespace,
+        pipes: SimpleNamespace,
+        softmax: OnlineSoftmax,
+        mask: AttentionMask,
+        tile: SimpleNamespace,
+        tile_info: TileInfo,
+        wg: Int32,
+    ):
+        """Steps 3 to 6 over the visited K/V tiles, last to first: masked run, free run, left-masked run."""
+        n_block_min, n_block_max = tile.n_block_min, tile.n_block_max
+        left_end, right_start = tile_info.masked_runs(tile.m_block, n_block_min, n_block_max)
+        pipes.q.consumer_wait(pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1))
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+        # The first tile's S and P; its P V is issued together with the next tile's Q K^T.
+        self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, n_block_max - 1)
+        step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, wg)
+        for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):
+            state = step(state, n_block_max - 2 - i, True)
+        for i in cutlass.range(right_start - left_end, unroll=1):
+            state = step(state, right_start - 1 - i, False)
+        if cutlass.const_expr(self.config.mask_left):
+            for i in cutlass.range(left_end - n_block_min, unroll=1):
+                state = step(state, left_end - 1 - i, True)
+        # The last tile's P V.
+        pipes.v.consumer_wait(state)
+        gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, state.index], False, 0)
+        pipes.v.consumer_release(state)
+
+    @cute.jit
+    def first_scores(
+        self,
+        mma: SimpleNamespace,
+        pipes: SimpleNamespace,
+        state: pipeline.PipelineState,
+        softmax: OnlineSoftmax,
+        mask: AttentionMask,
+        m_block: Int32,
+        n_block: Int32,
+    ):
+        """Steps 3 to 5 for the first K/V tile visited (fully masked: it holds the seqlen_k tail)."""
+        acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
+        pipes.k.consumer_wait(state)
+        gemm(mma.tiled_mma_qk, acc_S, mma.tSrQ, mma.tSrK[None, None, None, state.index], True, 0)
+        pipes.k.consumer_release(state)
+        mask.apply(acc_S, m_block, n_block, True)
+        softmax.update(acc_S)
+        store_probs(acc_S, mma.tOrP)
+
+    @cute.jit
+    def overlapped_step(
+        self,
+        mma: SimpleNamespace,
+        pipes: SimpleNamespace,
+        softmax: OnlineSoftmax,
+        mask: AttentionMask,
+        m_block: Int32,
+        wg: Int32,
+        state: pipeline.PipelineState,
+        n_block: Int32,
+        mask_rows: cutlass.Constexpr[bool],
+    ) -> pipeline.PipelineState:
+        """S = Q K[n]^T and O += P V[previous tile] in flight together; softmax of S while P V finishes."""
+        v_state = state.clone()
+        state.advance()
+        acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
+        pipes.k.consumer_wait(state)
+        self.take_turn(wg)
+        gemm(mma.tiled_mma_qk, acc_S, mma.tSrQ, mma.tSrK[None, None, None, state.index], True, -1)
+        pipes.v.consumer_wait(v_state)
+        gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, v_state.index], False, -1)
+        self.pass_turn(wg)
+        cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
+        pipes.k.consumer_release(state)
+        if cutlass.const_expr(mask_rows):
+            mask.apply(acc_S, m_block, n_block, True)
+        row_scale = softmax.update(acc_S)
+        cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
+        pipes.v.consumer_release(v_state)
+        store_probs(acc_S, mma.tOrP)
+        softmax.rescale_o(mma.acc_O, row_scale)
+        return state
+
+    def take_turn(self, wg: Int32):
+        """Wait until the other consumer warpgroup has issued its MMAs (no-op with one consumer warpgroup)."""
+        if cutlass.const_expr(self.num_wg > 1):
+            cute.arch.barrier(barrier_id=SCHEDULER_BARRIER + wg, number_of_threads=256)
+
+    def pass_turn(self, wg: Int32):
+        """Let the next consumer warpgroup issue its MMAs."""
+        if cutlass.const_expr(self.num_wg > 1):
+            next_wg = (wg + 1) % self.num_wg
+            cute.arch.barrier_arrive(barrier_id=SCHEDULER_BARRIER + next_wg, number_of_threads=256)
+
+    @cute.jit
+    def store_o(
+        self,
+        mO: cute.Tensor,
+        tma_O: cute.CopyAtom,
+        sO: cute.Tensor,
+        acc_O: cute.Tensor,
+        tiled_mma_pv: cute.TiledMma,
+        tile: SimpleNamespace,
+        q_tile: Int32,
+        wg: Int32,
+        wg_tidx: Int32,
+    ):
+        """Registers -> this warpgroup's (64, D) shared-memory tile (its Q, no longer read) -> TMA store."""
+        rO = cute.make_fragment_like(acc_O, self.dtype)
+        rO.store(acc_O.load().to(self.dtype))
+        smem_copy = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype), tiled_mma_pv)
+        thr_copy = smem_copy.get_slice(wg_tidx)
+        cute.copy(smem_copy, thr_copy.retile(rO), thr_copy.partition_D(sO))
+        cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to the TMA unit
+        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER + wg, number_of_threads=128)
+        if wg_tidx < 32:
+            gO = cute.local_tile(mO[None, None, tile.head_idx, tile.batch_idx], (64, self.head_dim_padded), (q_tile, 0))
+            tOsO, tOgO = cpasync.tma_partition(
+                tma_O, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2), cute.group_modes(gO, 0, 2)
+            )
+            cute.copy(tma_O, tOsO, tOgO)
+            cute.arch.cp_async_bulk_commit_group()
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
