@@ -28,11 +28,32 @@ def quad_reduce(value: Float32, op) -> Float32:
     return op(value, cute.arch.shuffle_sync_bfly(value, offset=1))
 
 
-class OnlineSoftmax:
-    """Per-thread softmax state for the rows this thread's accumulator fragment holds."""
+def row_reduce(row: cute.Tensor, op, init: Float32, chains: int) -> Float32:
+    """op-reduce one row of a (rows, cols) fragment view into ``init``: with chains > 1 the columns are split
+    over that many independent chains, combined pairwise at the end, so the dependent latency is cols / chains
+    operations instead of cols (more registers live)."""
+    n = cute.size(row.shape)
+    if cutlass.const_expr(chains == 1 or n % chains != 0):
+        return row.load().reduce(op, init, 0)
+    combine = cute.arch.fmax if op == cute.ReductionOp.MAX else (lambda a, b: a + b)
+    parts = [row[c] for c in range(chains)]
+    for c in range(chains, n):
+        parts[c % chains] = combine(parts[c % chains], row[c])
+    while len(parts) > 1:
+        parts = [combine(parts[i], parts[i + 1]) for i in range(0, len(parts), 2)]
+    return combine(parts[0], init)
 
-    def __init__(self, scale_log2: Float32, num_rows: int):
+
+class OnlineSoftmax:
+    """Per-thread softmax state for the rows this thread's accumulator fragment holds.
+
+    ``chains`` > 1 splits each row's max and sum into independent chains (see row_reduce): the Hopper kernel has
+    the registers for it; the sm80 kernel, at its register limit, keeps one chain.
+    """
+
+    def __init__(self, scale_log2: Float32, num_rows: int, chains: int = 1):
         self.scale_log2 = scale_log2
+        self.chains = chains
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
         self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
         self.row_max.fill(-Float32.inf)
@@ -44,16 +65,18 @@ class OnlineSoftmax:
         s = acc_rows_cols(acc_S)
         row_scale = cute.make_rmem_tensor(self.row_max.shape, Float32)
         for r in cutlass.range_constexpr(cute.size(self.row_max)):
-            scores = s[r, None].load()
             row_max_prev = self.row_max[r]
-            row_max_cur = quad_reduce(scores.reduce(cute.ReductionOp.MAX, row_max_prev, 0), cute.arch.fmax)
+            row_max_cur = quad_reduce(
+                row_reduce(s[r, None], cute.ReductionOp.MAX, row_max_prev, self.chains), cute.arch.fmax
+            )
             row_max_safe = Float32(0.0) if row_max_cur == -Float32.inf else row_max_cur
             max_scaled = row_max_safe * self.scale_log2
-            exps = cute.math.exp2(scores * self.scale_log2 - max_scaled, fastmath=True)
+            exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
             row_scale[r] = cute.math.exp2(row_max_prev * self.scale_log2 - max_scaled, fastmath=True)
-            self.row_sum[r] = row_scale[r] * self.row_sum[r] + exps.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
-            self.row_max[r] = row_max_cur
             s[r, None].store(exps)
+            row_sum_new = row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.chains)
+            self.row_sum[r] = row_scale[r] * self.row_sum[r] + row_sum_new
+            self.row_max[r] = row_max_cur
         return row_scale
 
     @cute.jit

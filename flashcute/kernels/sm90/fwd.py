@@ -31,6 +31,7 @@ from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, Sm90FwdConfig
 from flashcute.kernels.common import tma
 from flashcute.kernels.common.epilogue import store_lse
 from flashcute.kernels.common.mask import AttentionMask
+from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
 from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, make_tiled_mmas, store_probs, transpose_view
@@ -129,6 +130,7 @@ class FlashAttentionForwardSm90:
             window_left,
             window_right,
             num_m_blocks,
+            heads_per_section(mK.shape[1], mK.shape[3]),
             mQ.shape[1],
             mK.shape[1],
             sQ_layout,
@@ -162,6 +164,7 @@ class FlashAttentionForwardSm90:
         window_left: Int32,
         window_right: Int32,
         num_m_blocks: Int32,
+        section: Int32,
         seqlen_q: Int32,
         seqlen_k: Int32,
         sQ_layout: cute.ComposedLayout,
@@ -198,12 +201,10 @@ class FlashAttentionForwardSm90:
         sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)  # (block_n, D, stage)
         sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)  # (block_n, D, stage)
 
-        # ---- step 1: which tile is ours (the sm80 kernel's 1-D grid order: longest causal rows first)
+        # ---- step 1: which tile is ours: longest causal tiles first, heads in L2-sized sections (scheduler.py)
         bidx, _, _ = cute.arch.block_idx()
         nheads = mQ.shape[2]
-        m_block = num_m_blocks - 1 - bidx % num_m_blocks
-        head_idx = (bidx // num_m_blocks) % nheads
-        batch_idx = bidx // num_m_blocks // nheads
+        m_block, head_idx, batch_idx = tile_coords(bidx, num_m_blocks, nheads, mQ.shape[3], section)
         kv_head_idx = head_idx // (nheads // mK.shape[2])
         tile_info = TileInfo(
             self.block_m,
@@ -280,18 +281,28 @@ class FlashAttentionForwardSm90:
                 # rows past seqlen_q (even a whole warpgroup's) are zero-filled
                 q_tile = tile.m_block * self.num_wg + wg
                 cute.copy(tma_Q, tQgQ[None, q_tile], tQsQ[None, wg], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+            # K one tile ahead of V, the order the consumers use them in: K[n] is needed before V[n + 1].
             state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-            for i in cutlass.range(n_block_max - tile.n_block_min, unroll=1):
-                n_block = n_block_max - 1 - i
-                pipe_k.producer_acquire(state)
-                cute.copy(
-                    tma_K, tKgK[None, n_block], tKsK[None, state.index], tma_bar_ptr=pipe_k.producer_get_barrier(state)
-                )
-                pipe_v.producer_acquire(state)
-                cute.copy(
-                    tma_V, tVgV[None, n_block], tVsV[None, state.index], tma_bar_ptr=pipe_v.producer_get_barrier(state)
-                )
+            self.load_tile(pipe_k, state, tma_K, tKgK, tKsK, n_block_max - 1)
+            for i in cutlass.range(n_block_max - 1 - tile.n_block_min, unroll=1):
+                v_state = state.clone()
                 state.advance()
+                self.load_tile(pipe_k, state, tma_K, tKgK, tKsK, n_block_max - 2 - i)
+                self.load_tile(pipe_v, v_state, tma_V, tVgV, tVsV, n_block_max - 1 - i)
+            self.load_tile(pipe_v, state, tma_V, tVgV, tVsV, tile.n_block_min)
+
+    @staticmethod
+    def load_tile(
+        pipe: pipeline.PipelineTmaAsync,
+        state: pipeline.PipelineState,
+        tma_atom: cute.CopyAtom,
+        tXgX: cute.Tensor,
+        tXsX: cute.Tensor,
+        n_block: Int32,
+    ):
+        """Wait until the consumers have freed ``state``'s stage, then TMA tile n_block into it."""
+        pipe.producer_acquire(state)
+        cute.copy(tma_atom, tXgX[None, n_block], tXsX[None, state.index], tma_bar_ptr=pipe.producer_get_barrier(state))
 
     @cute.jit
     def consume(
@@ -326,7 +337,7 @@ class FlashAttentionForwardSm90:
         tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_shape_A((64, self.block_n)))
         acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, d)))
         acc_O.fill(0.0)
-        softmax = OnlineSoftmax(scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]))
+        softmax = OnlineSoftmax(scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]), chains=4)
         mask = AttentionMask(tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
         mma = SimpleNamespace(
             tiled_mma_qk=tiled_mma_qk,

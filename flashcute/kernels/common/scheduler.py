@@ -1,0 +1,37 @@
+"""Step 1's order: which (m_block, head, batch) tile a thread block takes, longest first, in L2-sized sections.
+
+The grid is one-dimensional (no 65535 limit on batch x heads), and the hardware starts thread blocks roughly in
+index order. Two things follow from the order chosen here:
+- Longest processing time first: under a causal mask the Q tiles at the end of the sequence visit the most K/V
+  tiles, so block index 0 takes the last m_block. Long tiles start early and short ones fill the gaps at the end.
+- L2 reuse: the (batch, head) pairs are cut into sections of ``section`` heads whose K and V fit in L2 together,
+  and a section's tiles are handed out m_block-major, so the thread blocks running at one time read the K/V of a
+  few heads, not of all of them.
+Plain Python arithmetic, like TileInfo: Int32 values in a kernel, ints in tests/test_scheduler.py.
+"""
+
+import cutlass
+
+L2_BYTES = 50 * 1024 * 1024  # H100 and H200 both have 50 MB of L2
+
+
+def heads_per_section(seqlen_k, head_dim: int, element_bytes: int = 2):
+    """How many heads' K and V (seqlen_k x head_dim each) fit in L2 together; at least 1. (Divides rather than
+    multiplies, so a long seqlen_k cannot overflow Int32.)"""
+    return cutlass.max(L2_BYTES // (2 * head_dim * element_bytes) // seqlen_k, 1)
+
+
+def tile_coords(block_idx, num_m_blocks, nheads, batch, section):
+    """(m_block, head_idx, batch_idx) of thread block ``block_idx`` of num_m_blocks * nheads * batch.
+
+    Sections of ``section`` (batch, head) pairs, in order; the last may be smaller. Inside a section, block index
+    j takes m_block num_m_blocks - 1 - j // size of the pair j % size.
+    """
+    num_pairs = nheads * batch
+    section = cutlass.min(section, num_pairs)
+    section_idx = block_idx // (section * num_m_blocks)
+    within = block_idx - section_idx * (section * num_m_blocks)
+    size = cutlass.min(section, num_pairs - section_idx * section)
+    pair = section_idx * section + within % size
+    m_block = num_m_blocks - 1 - within // size
+    return m_block, pair % nheads, pair // nheads
