@@ -138,11 +138,19 @@ class Sm90FwdConfig:
         return 2 * self.head_dim_padded * (self.block_m + 2 * self.num_stages * self.block_n) + 1024
 
 
-# (block_m, block_n, num_stages) per head-dim bucket for the Hopper kernel. Starting points taken from
-# FlashAttention-3's published shapes for H100 (two consumer warpgroups, 2 stages); to be replaced by an H200 sweep.
+# (block_m, block_n, num_stages) per head-dim bucket for the Hopper kernel. Measured on one H200 (bf16,
+# B = 16384 / L, H = 2048 / D, TFLOP/s at L = 1k / 4k / 16k, non-causal | causal) at commit 129ce55 with
+# .scratch/sweep90.py, the predecessor of scripts/tune_sm90.py:
+#   D=64:  (128,128,2) 298/383/416 | 208/351/414   (192,128,2) 308/441/485 | 161/352/458
+#          (192,96,2)  307/405/454 | 187/353/422   (128,176,2) 250/353/410 | 134/282/369  -> (192,128,2)
+#   D=128: (128,128,2) 432/567/583 | 321/515/570   (128,176,2) 342/460/525 | 211/392/487
+#          (128,144,2) 378/527/577 | 242/457/546   (128,112,2) 406/525/574 | 275/470/550  -> (128,128,2)
+#   D=256: (128,80,2)  541/634/656 | 393/589/604   (128,64,2)  528/616/639 | 417/585/613
+#          (128,112,1) 371/468/524 | 300/450/503   (128,128,1) 347/387/404 | 286/380/417  -> (128,80,2)
+# D=32, 96 and 192 were not swept; they take FlashAttention-3's H100 shapes within the register budget.
 _SM90_TILES: dict[int, tuple[int, int, int]] = {
     32: (128, 128, 2),
-    64: (128, 128, 2),
+    64: (192, 128, 2),
     96: (128, 128, 2),
     128: (128, 128, 2),
     192: (128, 96, 2),
