@@ -106,6 +106,9 @@ def fwd_config(
     )
 
 
+SM90_MAX_SMEM_BYTES = 227 * 1024  # opt-in shared memory per thread block on sm_90
+
+
 @dataclass(frozen=True)
 class Sm90FwdConfig:
     """Static configuration of the Hopper forward kernel (kernels/sm90/fwd.py).
@@ -133,9 +136,19 @@ class Sm90FwdConfig:
         """One producer warpgroup (TMA) and the consumer warpgroups (wgmma and softmax)."""
         return 128 * (1 + self.num_mma_warpgroups)
 
+    @property
+    def o_aliases_q(self) -> bool:
+        """O is staged for its TMA store in Q's shared memory (not its own) when both would not fit."""
+        return self._smem_bytes(separate_o=True) > SM90_MAX_SMEM_BYTES
+
     def smem_bytes(self) -> int:
-        """Q, num_stages K and V tiles (2 bytes an element), and one KB for the mbarriers and alignment."""
-        return 2 * self.head_dim_padded * (self.block_m + 2 * self.num_stages * self.block_n) + 1024
+        """Q, O unless it aliases Q, num_stages K and V tiles (2 bytes an element), and one KB for the mbarriers
+        and alignment."""
+        return self._smem_bytes(separate_o=not self.o_aliases_q)
+
+    def _smem_bytes(self, separate_o: bool) -> int:
+        rows = self.block_m * (2 if separate_o else 1) + 2 * self.num_stages * self.block_n
+        return 2 * self.head_dim_padded * rows + 1024
 
 
 # (block_m, block_n, num_stages) per head-dim bucket for the Hopper kernel. Measured on one H200 (bf16,

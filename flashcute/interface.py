@@ -24,6 +24,11 @@ def _capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
 
 
+@functools.cache
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def device_arch(device: torch.device) -> str:
     """The CuTe DSL target for a CUDA device: sm_80, sm_86, sm_89, sm_90a, sm_100a, ..."""
     major, minor = _capability(torch.cuda._utils._get_device_index(device, optional=True))
@@ -96,7 +101,10 @@ def launch_fwd(
     config = make_config(q.shape[-1], _dtype_name(q), window_left=window_left, window_right=window_right)
     arch = device_arch(q.device)
     kernel = compile_cache.get_compiled(arch, config, functools.partial(compile_fwd, config, arch))
-    _run_on_device(q.device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+    scalars = (softmax_scale, diag_offset, window_left, window_right)
+    if name == "sm90":  # the persistent grid: at most one thread block per SM
+        scalars += (_num_sms(torch.cuda._utils._get_device_index(q.device, optional=True)),)
+    _run_on_device(q.device, kernel, q, k, v, out, lse, *scalars)
 
 
 def launch_bwd(

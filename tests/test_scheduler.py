@@ -11,9 +11,7 @@ from flashcute.kernels.common.scheduler import L2_BYTES, heads_per_section, tile
 @given(st.integers(1, 9), st.integers(1, 7), st.integers(1, 5), st.integers(1, 12))
 def test_every_tile_exactly_once_longest_first(num_m_blocks, nheads, batch, section):
     tiles = [tile_coords(i, num_m_blocks, nheads, batch, section) for i in range(num_m_blocks * nheads * batch)]
-    assert sorted(tiles) == sorted(
-        (m, h, b) for m in range(num_m_blocks) for h in range(nheads) for b in range(batch)
-    )
+    assert sorted(tiles) == sorted((m, h, b) for m in range(num_m_blocks) for h in range(nheads) for b in range(batch))
     # inside each section the m_blocks never increase: the longest causal tiles go first
     size = min(section, nheads * batch)
     for start in range(0, len(tiles), size * num_m_blocks):

@@ -61,9 +61,9 @@ class _SymbolicProblem:
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
 
 
-def _compile(kernel_class, config, arch: str, dump_dir: Path | None, *tensors):
+def _compile(kernel_class, config, arch: str, dump_dir: Path | None, *tensors, extra_scalars: tuple = ()):
     """Check ``config`` with the kernel's ``can_implement`` and compile it against ``tensors``, then the scalars
-    (softmax_scale, diag_offset, window_left, window_right) and the caller's current stream."""
+    (softmax_scale, diag_offset, window_left, window_right, *extra_scalars) and the caller's current stream."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass.cute as cute
 
@@ -75,20 +75,21 @@ def _compile(kernel_class, config, arch: str, dump_dir: Path | None, *tensors):
         dump_dir.mkdir(parents=True, exist_ok=True)
         options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute.compile(kernel_class(config), *tensors, 1.0, 0, -1, -1, stream, options=options)
+    return cute.compile(kernel_class(config), *tensors, 1.0, 0, -1, -1, *extra_scalars, stream, options=options)
 
 
 def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | None = None):
     """A forward kernel, sm80 or sm90 by the config's type: (q, k, v, out, lse, softmax_scale, diag_offset,
-    window_left, window_right)."""
+    window_left, window_right), and for sm90 then num_sms, the most thread blocks its persistent grid may have."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
     from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 
-    kernel_class = FlashAttentionForwardSm90 if isinstance(config, Sm90FwdConfig) else FlashAttentionForwardSm80
+    sm90 = isinstance(config, Sm90FwdConfig)
+    kernel_class = FlashAttentionForwardSm90 if sm90 else FlashAttentionForwardSm80
     p = _SymbolicProblem(config)
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
-    return _compile(kernel_class, config, arch, dump_dir, *tensors)
+    return _compile(kernel_class, config, arch, dump_dir, *tensors, extra_scalars=(1,) if sm90 else ())
 
 
 def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):

@@ -56,6 +56,10 @@ class OnlineSoftmax:
         self.chains = chains
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
         self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
+        self.reset()
+
+    def reset(self):
+        """The state before any K/V tile: m = -inf, l = 0."""
         self.row_max.fill(-Float32.inf)
         self.row_sum.fill(0.0)
 

@@ -10,11 +10,15 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   (the one before it in walking order), so the softmax of S_n runs while that P V is still on the tensor cores.
   Across warpgroups, a pair of named barriers makes them take turns issuing their MMAs, so one warpgroup's softmax
   overlaps the other's MMAs.
-- Epilogue. Each warpgroup writes its 64 rows of O into the shared memory that held its part of Q, and one
-  thread stores them with a TMA store (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
+- Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
+  (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
+- Persistent. The grid has one thread block per SM (or fewer), and each walks tiles block_idx, block_idx +
+  grid, ... in the order of kernels/common/scheduler.py. The producer runs ahead into the next tile: its Q and
+  first K/V tiles load while the consumers finish and store this one. O has its own shared memory where it fits
+  (head dim <= 192); at 256 it reuses Q's, so the next Q loads only after O has left.
 
 K/V tiles are walked from the last to the first, split into masked and unmasked runs by TileInfo exactly as in the
-sm80 kernel. A Q tile that sees no key at all loads nothing and writes O = 0, LSE = -inf.
+sm80 kernel. A Q tile that sees no key at all loads only Q and writes O = 0, LSE = -inf.
 """
 
 from functools import partial
@@ -89,6 +93,7 @@ class FlashAttentionForwardSm90:
         diag_offset: Int32,
         window_left: Int32,
         window_right: Int32,
+        num_sms: Int32,
         stream: cuda.CUstream,
     ):
         d = self.head_dim_padded
@@ -111,10 +116,14 @@ class FlashAttentionForwardSm90:
             mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
             mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sO: cute.struct.Align[
+                cute.struct.MemRange[self.dtype, 0 if self.config.o_aliases_q else cute.cosize(sQ_layout)], 1024
+            ]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
 
         num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
+        num_tiles = num_m_blocks * mQ.shape[2] * mQ.shape[0]
         self.kernel(
             tQ,
             tK,
@@ -130,6 +139,7 @@ class FlashAttentionForwardSm90:
             window_left,
             window_right,
             num_m_blocks,
+            num_tiles,
             # L2 sections pay off where tiles differ in length (causal, windows); without a mask the plain order
             # keeps the running thread blocks on fewer heads (H200, commit 129ce55: d128 4k non-causal 663 TFLOP/s
             # with sections of 1 head against 629 with L2-sized ones; d256 causal 4k 637 against 581).
@@ -142,7 +152,7 @@ class FlashAttentionForwardSm90:
             tiled_mma_pv,
             SharedStorage,
         ).launch(
-            grid=[num_m_blocks * mQ.shape[2] * mQ.shape[0], 1, 1],
+            grid=[cutlass.min(num_tiles, num_sms), 1, 1],
             block=[self.config.num_threads, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
@@ -167,6 +177,7 @@ class FlashAttentionForwardSm90:
         window_left: Int32,
         window_right: Int32,
         num_m_blocks: Int32,
+        num_tiles: Int32,
         section: Int32,
         seqlen_q: Int32,
         seqlen_k: Int32,
@@ -203,12 +214,12 @@ class FlashAttentionForwardSm90:
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)  # (64, D, warpgroup)
         sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)  # (block_n, D, stage)
         sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)  # (block_n, D, stage)
+        sO = (
+            sQ
+            if cutlass.const_expr(cfg.o_aliases_q)
+            else storage.sO.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        )
 
-        # ---- step 1: which tile is ours: longest causal tiles first, heads in L2-sized sections (scheduler.py)
-        bidx, _, _ = cute.arch.block_idx()
-        nheads = mQ.shape[2]
-        m_block, head_idx, batch_idx = tile_coords(bidx, num_m_blocks, nheads, mQ.shape[3], section)
-        kv_head_idx = head_idx // (nheads // mK.shape[2])
         tile_info = TileInfo(
             self.block_m,
             self.block_n,
@@ -220,37 +231,40 @@ class FlashAttentionForwardSm90:
             window_left,
             window_right,
         )
-        n_block_min, n_block_max = tile_info.n_block_range(m_block)
-        tile = SimpleNamespace(
-            m_block=m_block,
-            head_idx=head_idx,
-            batch_idx=batch_idx,
-            kv_head_idx=kv_head_idx,
-            n_block_min=n_block_min,
-            n_block_max=n_block_max,
+        # ---- step 1, for every tile this thread block takes: see scheduler.py for the order
+        tiles = SimpleNamespace(
+            num_m_blocks=num_m_blocks,
+            num_tiles=num_tiles,
+            section=section,
+            nheads=mQ.shape[2],
+            nheads_k=mK.shape[2],
+            batch=mQ.shape[3],
+            tile_info=tile_info,
         )
-
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
             if warp_idx == 0:
-                self.load(mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipes, tile)
+                self.load(mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipes, tiles)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS[self.num_wg])
             self.consume(
-                mO,
-                mLSE,
-                tma_O,
-                sQ,
-                sK,
-                sV,
-                pipes,
-                tile,
-                tile_info,
-                scale_log2,
-                seqlen_q,
-                tiled_mma_qk,
-                tiled_mma_pv,
+                mO, mLSE, tma_O, sQ, sK, sV, sO, pipes, tiles, scale_log2, seqlen_q, tiled_mma_qk, tiled_mma_pv
             )
+
+    def tile_at(self, tiles: SimpleNamespace, tile_idx: Int32) -> SimpleNamespace:
+        """Step 1 for tile number ``tile_idx``: its coordinates and the K/V tiles it visits."""
+        m_block, head_idx, batch_idx = tile_coords(
+            tile_idx, tiles.num_m_blocks, tiles.nheads, tiles.batch, tiles.section
+        )
+        n_block_min, n_block_max = tiles.tile_info.n_block_range(m_block)
+        return SimpleNamespace(
+            m_block=m_block,
+            head_idx=head_idx,
+            batch_idx=batch_idx,
+            kv_head_idx=head_idx // (tiles.nheads // tiles.nheads_k),
+            n_block_min=n_block_min,
+            n_block_max=n_block_max,
+        )
 
     @cute.jit
     def load(
@@ -265,34 +279,102 @@ class FlashAttentionForwardSm90:
         tma_K: cute.CopyAtom,
         tma_V: cute.CopyAtom,
         pipes: SimpleNamespace,
-        tile: SimpleNamespace,
+        tiles: SimpleNamespace,
     ):
-        """Step 2, the producer warp: Q once, then K[n] and V[n] for n from the last visited tile to the first."""
-        d = self.head_dim_padded
-        tQsQ, tQgQ = tma.partition_tiles(tma_Q, sQ, mQ[None, None, tile.head_idx, tile.batch_idx], 64, d)
-        kv_slice = (None, None, tile.kv_head_idx, tile.batch_idx)
-        tKsK, tKgK = tma.partition_tiles(tma_K, sK, mK[kv_slice], self.block_n, d)
-        tVsV, tVgV = tma.partition_tiles(tma_V, sV, mV[kv_slice], self.block_n, d)
+        """Step 2, the producer warp: per tile, Q, then K[n] and V[n] for n from the last visited tile down."""
         # (Loops read the pipelines through locals: the tracer carries what a loop uses through it and rebinds the
         # names it finds, and a rebound attribute of ``pipes`` would leak this warp's loop into the consumers.)
         pipe_q, pipe_k, pipe_v = pipes.q, pipes.k, pipes.v
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        # (The loop body is a call through a partial: the tracer carries a loop's Python objects only if it sees
+        # them in the body, and these are not run-time values.)
+        load_one_tile = partial(
+            self.load_one_tile, mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipe_q, pipe_k, pipe_v, tiles
+        )
+        tile_idx = cute.arch.block_idx()[0]
+        while tile_idx < tiles.num_tiles:
+            q_state, kv_state = load_one_tile(tile_idx, q_state, kv_state)
+            tile_idx += cute.arch.grid_dim()[0]
+
+    @cute.jit
+    def load_one_tile(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        tma_Q: cute.CopyAtom,
+        tma_K: cute.CopyAtom,
+        tma_V: cute.CopyAtom,
+        pipe_q: pipeline.PipelineTmaAsync,
+        pipe_k: pipeline.PipelineTmaAsync,
+        pipe_v: pipeline.PipelineTmaAsync,
+        tiles: SimpleNamespace,
+        tile_idx: Int32,
+        q_state: pipeline.PipelineState,
+        kv_state: pipeline.PipelineState,
+    ):
+        """Q, even for a tile that sees no key (its consumers wait for it before they write O, which may share Q's
+        shared memory, and free it after), then the tile's K and V. Returns the advanced pipeline states."""
+        tile = self.tile_at(tiles, tile_idx)
+        self.load_q(mQ, sQ, tma_Q, pipe_q, q_state, tile)
+        q_state.advance()
+        if tile.n_block_max > tile.n_block_min:
+            kv_state = self.load_kv(mK, mV, sK, sV, tma_K, tma_V, pipe_k, pipe_v, kv_state, tile)
+        return q_state, kv_state
+
+    @cute.jit
+    def load_q(
+        self,
+        mQ: cute.Tensor,
+        sQ: cute.Tensor,
+        tma_Q: cute.CopyAtom,
+        pipe_q: pipeline.PipelineTmaAsync,
+        q_state: pipeline.PipelineState,
+        tile: SimpleNamespace,
+    ):
+        """One 64-row box per consumer warpgroup; rows past seqlen_q (even a whole warpgroup's) are zero-filled."""
+        tQsQ, tQgQ = tma.partition_tiles(
+            tma_Q, sQ, mQ[None, None, tile.head_idx, tile.batch_idx], 64, self.head_dim_padded
+        )
+        pipe_q.producer_acquire(q_state)
+        for wg in cutlass.range_constexpr(self.num_wg):
+            q_tile = tile.m_block * self.num_wg + wg
+            cute.copy(tma_Q, tQgQ[None, q_tile], tQsQ[None, wg], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+
+    @cute.jit
+    def load_kv(
+        self,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        tma_K: cute.CopyAtom,
+        tma_V: cute.CopyAtom,
+        pipe_k: pipeline.PipelineTmaAsync,
+        pipe_v: pipeline.PipelineTmaAsync,
+        state: pipeline.PipelineState,
+        tile: SimpleNamespace,
+    ) -> pipeline.PipelineState:
+        """K one tile ahead of V, the order the consumers use them in: K[n] is needed before V[n + 1]. Returns the
+        state after the tile's last stage."""
+        d = self.head_dim_padded
+        kv_slice = (None, None, tile.kv_head_idx, tile.batch_idx)
+        tKsK, tKgK = tma.partition_tiles(tma_K, sK, mK[kv_slice], self.block_n, d)
+        tVsV, tVgV = tma.partition_tiles(tma_V, sV, mV[kv_slice], self.block_n, d)
         n_block_max = tile.n_block_max
-        if n_block_max > tile.n_block_min:
-            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-            pipe_q.producer_acquire(q_state)
-            for wg in cutlass.range_constexpr(self.num_wg):
-                # rows past seqlen_q (even a whole warpgroup's) are zero-filled
-                q_tile = tile.m_block * self.num_wg + wg
-                cute.copy(tma_Q, tQgQ[None, q_tile], tQsQ[None, wg], tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
-            # K one tile ahead of V, the order the consumers use them in: K[n] is needed before V[n + 1].
-            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-            self.load_tile(pipe_k, state, tma_K, tKgK, tKsK, n_block_max - 1)
-            for i in cutlass.range(n_block_max - 1 - tile.n_block_min, unroll=1):
-                v_state = state.clone()
-                state.advance()
-                self.load_tile(pipe_k, state, tma_K, tKgK, tKsK, n_block_max - 2 - i)
-                self.load_tile(pipe_v, v_state, tma_V, tVgV, tVsV, n_block_max - 1 - i)
-            self.load_tile(pipe_v, state, tma_V, tVgV, tVsV, tile.n_block_min)
+        self.load_tile(pipe_k, state, tma_K, tKgK, tKsK, n_block_max - 1)
+        for i in cutlass.range(n_block_max - 1 - tile.n_block_min, unroll=1):
+            v_state = state.clone()
+            state.advance()
+            self.load_tile(pipe_k, state, tma_K, tKgK, tKsK, n_block_max - 2 - i)
+            self.load_tile(pipe_v, v_state, tma_V, tVgV, tVsV, n_block_max - 1 - i)
+        self.load_tile(pipe_v, state, tma_V, tVgV, tVsV, tile.n_block_min)
+        state.advance()
+        return state
 
     @staticmethod
     def load_tile(
@@ -316,15 +398,15 @@ class FlashAttentionForwardSm90:
         sQ: cute.Tensor,
         sK: cute.Tensor,
         sV: cute.Tensor,
+        sO: cute.Tensor,
         pipes: SimpleNamespace,
-        tile: SimpleNamespace,
-        tile_info: TileInfo,
+        tiles: SimpleNamespace,
         scale_log2: Float32,
         seqlen_q: Int32,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
     ):
-        """Steps 3 to 7 for one consumer warpgroup's 64 rows."""
+        """Steps 3 to 7 for one consumer warpgroup's 64 rows of every tile this thread block takes."""
         d = self.head_dim_padded
         tidx, _, _ = cute.arch.thread_idx()
         wg = cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4 - 1
@@ -339,9 +421,8 @@ class FlashAttentionForwardSm90:
         tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(transpose_view(sV)))
         tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_shape_A((64, self.block_n)))
         acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, d)))
-        acc_O.fill(0.0)
         softmax = OnlineSoftmax(scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]), chains=4)
-        mask = AttentionMask(tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
+        mask = AttentionMask(tiles.tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
         mma = SimpleNamespace(
             tiled_mma_qk=tiled_mma_qk,
             tiled_mma_pv=tiled_mma_pv,
@@ -357,9 +438,48 @@ class FlashAttentionForwardSm90:
             if wg == 0:  # the first warpgroup may issue first
                 cute.arch.barrier_arrive(barrier_id=SCHEDULER_BARRIER, number_of_threads=256)
 
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+        consume_one_tile = partial(
+            self.consume_one_tile, mO, mLSE, tma_O, sO[None, None, wg], mma, pipes, softmax, mask, tiles, seqlen_q, wg
+        )
+        tile_idx = cute.arch.block_idx()[0]
+        while tile_idx < tiles.num_tiles:
+            q_state, kv_state = consume_one_tile(tile_idx, q_state, kv_state)
+            tile_idx += cute.arch.grid_dim()[0]
+
+    @cute.jit
+    def consume_one_tile(
+        self,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        tma_O: cute.CopyAtom,
+        sO: cute.Tensor,
+        mma: SimpleNamespace,
+        pipes: SimpleNamespace,
+        softmax: OnlineSoftmax,
+        mask: AttentionMask,
+        tiles: SimpleNamespace,
+        seqlen_q: Int32,
+        wg: Int32,
+        tile_idx: Int32,
+        q_state: pipeline.PipelineState,
+        kv_state: pipeline.PipelineState,
+    ):
+        """Steps 3 to 7 of one tile; returns the advanced pipeline states."""
+        tile = self.tile_at(tiles, tile_idx)
+        mma.acc_O.fill(0.0)
+        softmax.reset()
+        pipes.q.consumer_wait(q_state)
         if tile.n_block_max > tile.n_block_min:
-            self.mainloop(mma, pipes, softmax, mask, tile, tile_info, wg)
-        self.epilogue(mO, mLSE, tma_O, sQ_wg, softmax, acc_O, tiled_mma_pv, tile, seqlen_q, wg)
+            kv_state = self.mainloop(mma, pipes, softmax, mask, tile, tiles.tile_info, wg, kv_state)
+        if cutlass.const_expr(not self.config.o_aliases_q):
+            pipes.q.consumer_release(q_state)  # the next tile's Q may load while this one's O is stored
+        self.epilogue(mO, mLSE, tma_O, sO, softmax, mma.acc_O, mma.tiled_mma_pv, tile, seqlen_q, wg)
+        if cutlass.const_expr(self.config.o_aliases_q):
+            pipes.q.consumer_release(q_state)  # O has left Q's shared memory
+        q_state.advance()
+        return q_state, kv_state
 
     @cute.jit
     def epilogue(
@@ -394,12 +514,12 @@ class FlashAttentionForwardSm90:
         tile: SimpleNamespace,
         tile_info: TileInfo,
         wg: Int32,
-    ):
-        """Steps 3 to 6 over the visited K/V tiles, last to first: masked run, free run, left-masked run."""
+        state: pipeline.PipelineState,
+    ) -> pipeline.PipelineState:
+        """Steps 3 to 6 over the visited K/V tiles, last to first: masked run, free run, left-masked run. Takes
+        and returns the K/V pipeline's read position."""
         n_block_min, n_block_max = tile.n_block_min, tile.n_block_max
         left_end, right_start = tile_info.masked_runs(tile.m_block, n_block_min, n_block_max)
-        pipes.q.consumer_wait(pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1))
-        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         # The first tile's S and P; its P V is issued together with the next tile's Q K^T.
         self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, n_block_max - 1)
         step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, wg)
@@ -414,6 +534,8 @@ class FlashAttentionForwardSm90:
         pipes.v.consumer_wait(state)
         gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, state.index], False, 0)
         pipes.v.consumer_release(state)
+        state.advance()
+        return state
 
     @cute.jit
     def first_scores(
@@ -493,9 +615,14 @@ class FlashAttentionForwardSm90:
         wg: Int32,
         wg_tidx: Int32,
     ):
-        """Registers -> this warpgroup's (64, D) shared-memory tile (its Q, no longer read) -> TMA store."""
+        """Registers -> this warpgroup's (64, D) shared-memory tile -> TMA store.
+
+        sO is this warpgroup's alone: its own buffer, or its part of sQ, which only its own Q K^T read. The barrier
+        first makes every thread wait for the warp that stored the previous tile's O from the same buffer.
+        """
         rO = cute.make_fragment_like(acc_O, self.dtype)
         rO.store(acc_O.load().to(self.dtype))
+        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER + wg, number_of_threads=128)
         smem_copy = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype), tiled_mma_pv)
         thr_copy = smem_copy.get_slice(wg_tidx)
         cute.copy(smem_copy, thr_copy.retile(rO), thr_copy.partition_D(sO))
