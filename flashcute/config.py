@@ -114,8 +114,10 @@ class Sm90FwdConfig:
     """Static configuration of the Hopper forward kernel (kernels/sm90/fwd.py).
 
     block_m rows of Q per thread block, split into block_m / 64 consumer warpgroups of 64 rows each; block_n rows
-    of K/V per main-loop step; num_stages shared-memory buffers each for K and V, filled by TMA. The other fields
-    mean what they mean in FwdConfig.
+    of K/V per main-loop step; num_stages shared-memory buffers each for K and V, filled by TMA.
+    rescale_o_early: U *= alpha for tile n is applied at the next step, while that step's Q K^T runs, instead of
+    after tile n's P V (worth it where U is large: 128 registers a thread at head dim 256). The other fields mean
+    what they mean in FwdConfig.
     """
 
     dtype: str
@@ -126,6 +128,7 @@ class Sm90FwdConfig:
     num_stages: int
     mask_right: bool
     mask_left: bool
+    rescale_o_early: bool = False
 
     @property
     def num_mma_warpgroups(self) -> int:
@@ -179,8 +182,10 @@ def sm90_fwd_config(
     window_left: int = -1,
     window_right: int = -1,
     tiles: tuple[int, int, int] | None = None,
+    rescale_o_early: bool | None = None,
 ) -> Sm90FwdConfig:
-    """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages)."""
+    """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages) and
+    ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule)."""
     bucket = head_dim_bucket(head_dim)
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket]
     return Sm90FwdConfig(
@@ -192,6 +197,7 @@ def sm90_fwd_config(
         num_stages=num_stages,
         mask_right=causal or window_right >= 0,
         mask_left=window_left >= 0,
+        rescale_o_early=bucket > 128 if rescale_o_early is None else rescale_o_early,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flashcute.kernels.common.scheduler import L2_BYTES, heads_per_section, tile_coords
+from flashcute.kernels.common.scheduler import L2_BYTES, heads_per_section, persistent_tile, tile_coords
 
 
 @given(st.integers(1, 9), st.integers(1, 7), st.integers(1, 5), st.integers(1, 12))
@@ -22,3 +22,21 @@ def test_every_tile_exactly_once_longest_first(num_m_blocks, nheads, batch, sect
 def test_heads_per_section():
     assert heads_per_section(4096, 128) == L2_BYTES // (4096 * 512)  # 25 heads of 2 MB
     assert heads_per_section(10**7, 256) == 1  # one head over L2 still makes a section
+
+
+@given(st.integers(1, 200), st.integers(1, 40))
+def test_persistent_rounds_cover_every_tile_once(num_tiles, grid_size):
+    taken = []
+    for block in range(grid_size):
+        round_idx = 0
+        while (tile := persistent_tile(block, round_idx, grid_size)) < num_tiles:
+            taken.append(tile)
+            round_idx += 1
+    assert sorted(taken) == list(range(num_tiles))
+
+
+def test_snake_balances_sorted_lengths():
+    """Tiles sorted longest first (length 64 down to 1), 8 blocks: the snake gives every block the same total."""
+    lengths = list(range(64, 0, -1))
+    totals = [sum(lengths[persistent_tile(b, r, 8)] for r in range(8)) for b in range(8)]
+    assert len(set(totals)) == 1

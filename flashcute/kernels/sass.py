@@ -69,7 +69,8 @@ def variant_label(config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig) -> s
     head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
     mask = MASK_NAMES[config.mask_right, config.mask_left]
     if isinstance(config, Sm90FwdConfig):
-        return f"sm90-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}-{mask}"
+        early = "-early" if config.rescale_o_early else ""
+        return f"sm90-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}{early}-{mask}"
     tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}"
     prefix = ""
     if isinstance(config, BwdConfig):

@@ -7,6 +7,9 @@ index order. Two things follow from the order chosen here:
 - L2 reuse: the (batch, head) pairs are cut into sections of ``section`` heads whose K and V fit in L2 together,
   and a section's tiles are handed out m_block-major, so the thread blocks running at one time read the K/V of a
   few heads, not of all of them.
+The Hopper kernel is persistent: a grid of G thread blocks walks the tiles in rounds of G, and in odd rounds the
+blocks take the round's tiles in reverse (a snake). With tiles sorted longest first, every block then gets a
+long and a short tile in turn, so static assignment stays balanced under a causal mask.
 Plain Python arithmetic, like TileInfo: Int32 values in a kernel, ints in tests/test_scheduler.py.
 """
 
@@ -35,3 +38,9 @@ def tile_coords(block_idx, num_m_blocks, nheads, batch, section):
     pair = section_idx * section + within % size
     m_block = num_m_blocks - 1 - within // size
     return m_block, pair % nheads, pair // nheads
+
+
+def persistent_tile(block_idx, round_idx, grid_size):
+    """The tile index thread block ``block_idx`` of ``grid_size`` takes in round ``round_idx`` (the snake order)."""
+    odd = round_idx % 2
+    return round_idx * grid_size + block_idx + odd * (grid_size - 1 - 2 * block_idx)

@@ -35,15 +35,17 @@ from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, Sm90FwdConfig
 from flashcute.kernels.common import tma
 from flashcute.kernels.common.epilogue import store_lse
 from flashcute.kernels.common.mask import AttentionMask
-from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
+from flashcute.kernels.common.scheduler import heads_per_section, persistent_tile, tile_coords
 from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, make_tiled_mmas, store_probs, transpose_view
 from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
 from flashcute.kernels.sm80.limits import MAX_SMEM_BYTES
 
-PRODUCER_REGS = 24  # registers a producer thread keeps after setmaxnreg; the consumers get the rest
-CONSUMER_REGS = {1: 256, 2: 240, 3: 160}  # per consumer thread, by number of consumer warpgroups
+# Registers per thread after setmaxnreg, by number of consumer warpgroups: the producer warpgroup gives up what the
+# consumers take (the register file holds 64K; FlashAttention-3's split).
+PRODUCER_REGS = {1: 56, 2: 24, 3: 32}
+CONSUMER_REGS = {1: 256, 2: 240, 3: 160}
 # Named barriers (0 is __syncthreads): one per consumer warpgroup for taking turns, one per warpgroup epilogue.
 SCHEDULER_BARRIER = 1
 EPILOGUE_BARRIER = 4
@@ -242,7 +244,7 @@ class FlashAttentionForwardSm90:
             tile_info=tile_info,
         )
         if warp_idx < 4:
-            cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+            cute.arch.setmaxregister_decrease(PRODUCER_REGS[self.num_wg])
             if warp_idx == 0:
                 self.load(mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipes, tiles)
         else:
@@ -292,10 +294,13 @@ class FlashAttentionForwardSm90:
         load_one_tile = partial(
             self.load_one_tile, mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipe_q, pipe_k, pipe_v, tiles
         )
-        tile_idx = cute.arch.block_idx()[0]
+        block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
+        round_idx = Int32(0)
+        tile_idx = block_idx
         while tile_idx < tiles.num_tiles:
             q_state, kv_state = load_one_tile(tile_idx, q_state, kv_state)
-            tile_idx += cute.arch.grid_dim()[0]
+            round_idx += 1
+            tile_idx = persistent_tile(block_idx, round_idx, grid_size)
 
     @cute.jit
     def load_one_tile(
@@ -432,6 +437,7 @@ class FlashAttentionForwardSm90:
             tOrVt=tOrVt,
             tOrP=tOrP,
             acc_O=acc_O,
+            row_scale=cute.make_rmem_tensor(cute.size(softmax.row_max), Float32),  # alpha, for rescale_o_early
         )
 
         if cutlass.const_expr(self.num_wg > 1):  # noqa: SIM102 (a compile-time test around a run-time one)
@@ -443,10 +449,13 @@ class FlashAttentionForwardSm90:
         consume_one_tile = partial(
             self.consume_one_tile, mO, mLSE, tma_O, sO[None, None, wg], mma, pipes, softmax, mask, tiles, seqlen_q, wg
         )
-        tile_idx = cute.arch.block_idx()[0]
+        block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
+        round_idx = Int32(0)
+        tile_idx = block_idx
         while tile_idx < tiles.num_tiles:
             q_state, kv_state = consume_one_tile(tile_idx, q_state, kv_state)
-            tile_idx += cute.arch.grid_dim()[0]
+            round_idx += 1
+            tile_idx = persistent_tile(block_idx, round_idx, grid_size)
 
     @cute.jit
     def consume_one_tile(
@@ -531,6 +540,8 @@ class FlashAttentionForwardSm90:
             for i in cutlass.range(left_end - n_block_min, unroll=1):
                 state = step(state, left_end - 1 - i, True)
         # The last tile's P V.
+        if cutlass.const_expr(self.config.rescale_o_early):
+            softmax.rescale_o(mma.acc_O, mma.row_scale)
         pipes.v.consumer_wait(state)
         gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, state.index], False, 0)
         pipes.v.consumer_release(state)
@@ -554,8 +565,10 @@ class FlashAttentionForwardSm90:
         gemm(mma.tiled_mma_qk, acc_S, mma.tSrQ, mma.tSrK[None, None, None, state.index], True, 0)
         pipes.k.consumer_release(state)
         mask.apply(acc_S, m_block, n_block, True)
-        softmax.update(acc_S)
+        row_scale = softmax.update(acc_S)
         store_probs(acc_S, mma.tOrP)
+        if cutlass.const_expr(self.config.rescale_o_early):
+            mma.row_scale.store(row_scale.load())  # (U is still 0; kept for the uniform step)
 
     @cute.jit
     def overlapped_step(
@@ -577,6 +590,8 @@ class FlashAttentionForwardSm90:
         pipes.k.consumer_wait(state)
         self.take_turn(wg)
         gemm(mma.tiled_mma_qk, acc_S, mma.tSrQ, mma.tSrK[None, None, None, state.index], True, -1)
+        if cutlass.const_expr(self.config.rescale_o_early):
+            softmax.rescale_o(mma.acc_O, mma.row_scale)  # the previous tile's alpha, while Q K^T runs
         pipes.v.consumer_wait(v_state)
         gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, v_state.index], False, -1)
         self.pass_turn(wg)
@@ -588,7 +603,10 @@ class FlashAttentionForwardSm90:
         cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
         pipes.v.consumer_release(v_state)
         store_probs(acc_S, mma.tOrP)
-        softmax.rescale_o(mma.acc_O, row_scale)
+        if cutlass.const_expr(self.config.rescale_o_early):
+            mma.row_scale.store(row_scale.load())
+        else:
+            softmax.rescale_o(mma.acc_O, row_scale)
         return state
 
     def take_turn(self, wg: Int32):
