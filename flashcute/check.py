@@ -1,6 +1,7 @@
-"""`flashcute check`: compile every forward-kernel variant for a target, without a GPU, and report what the
-compiler made of each: registers, stack, spill instructions (STL/LDL) and the SASS of the algorithm's steps
-(HMMA tensor-core MMAs, LDGSTS cp.async loads, LDSM ldmatrix reads, MUFU.EX2 exponentials)."""
+"""`flashcute check`: compile every kernel variant for a target, without a GPU, and report what the compiler made
+of each: registers, stack, spill instructions (STL/LDL) and the SASS of the algorithm's steps (HMMA tensor-core
+MMAs, LDGSTS cp.async loads, LDSM ldmatrix reads, MUFU.EX2 exponentials; for the Hopper kernel HGMMA warpgroup MMAs
+and UTMALDG TMA loads)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from flashcute.config import HEAD_DIM_BUCKETS
 from flashcute.kernels.build import ARCHS
 
-COLUMNS = ("HMMA", "LDGSTS", "LDSM", "LDSM.16.MT88", "MUFU.EX2")
+COLUMNS = ("HMMA", "LDGSTS", "LDSM", "LDSM.16.MT88", "MUFU.EX2", "HGMMA", "UTMALDG")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,14 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print one row per variant; 1 if any variant failed to compile, else 0 (spills are reported, not failed)."""
     from flashcute.kernels.sass import inspect_variants, variant_label
-    from flashcute.kernels.variants import bwd_variants, fwd_variants
+    from flashcute.kernels.variants import bwd_variants, fwd_variants, sm90_fwd_variants
 
-    configs = [
-        config
-        for config in (*fwd_variants(args.exact_only), *bwd_variants(args.exact_only))
-        if args.headdim is None or config.head_dim_padded in args.headdim
-    ]
+    def wanted(config) -> bool:
+        return args.headdim is None or config.head_dim_padded in args.headdim
+
+    configs = [config for config in (*fwd_variants(args.exact_only), *bwd_variants(args.exact_only)) if wanted(config)]
     variants = [(config, arch) for arch in args.arch for config in configs]
+    if "sm_90a" in args.arch:  # the Hopper kernel is built for sm_90a only
+        variants += [(config, "sm_90a") for config in sm90_fwd_variants(args.exact_only) if wanted(config)]
     print(f"compiling {len(variants)} variants with {args.jobs} processes ...", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="flashcute-check-") as tmp:

@@ -57,7 +57,7 @@ class FwdConfig:
 
 # Tile choices per head-dim bucket: (block_m, block_n, num_warps, num_stages).
 # Measured on one H200 (bf16, B = 16384 / L, H = 2048 / D, TFLOP/s at L = 4k / 16k, non-causal | causal) at commit
-# 30111a9 with the sweep that is now scripts/tune_sm80.py:
+# 30111a9 with the sweep that is now scripts/tune.py:
 #   D=64:  (128,64,4,1) 336/333 | 301/325   (128,64,4,2) 320/326 | 294/312   (128,128,4,1) 326/337 | 296/323
 #          (128,128,8,1) 284/294 | 257/281  -> (128,64,4,1)
 #   D=128: (128,64,4,1) 374/372 | 325/347   (128,64,4,2) 367/373 | 326/351   (128,32,4,1) 341/348 | 310/328
@@ -154,23 +154,28 @@ class Sm90FwdConfig:
         return 2 * self.head_dim_padded * rows + 1024
 
 
-# (block_m, block_n, num_stages) per head-dim bucket for the Hopper kernel. Measured on one H200 (bf16,
-# B = 16384 / L, H = 2048 / D, TFLOP/s at L = 1k / 4k / 16k, non-causal | causal) at commit 129ce55 with
-# .scratch/sweep90.py, the predecessor of scripts/tune_sm90.py:
+# (block_m, block_n, num_stages) per head-dim bucket for the Hopper kernel, without a mask | with one. Measured on
+# one H200 (bf16, B = 16384 / L, H = 2048 / D, TFLOP/s at L = 1k / 4k / 16k, non-causal | causal) with the sweep
+# that is now `scripts/tune.py --kernel sm90`. First the one-tile-per-block kernel, at commit 129ce55:
 #   D=64:  (128,128,2) 298/383/416 | 208/351/414   (192,128,2) 308/441/485 | 161/352/458
-#          (192,96,2)  307/405/454 | 187/353/422   (128,176,2) 250/353/410 | 134/282/369  -> (192,128,2)
+#          (192,96,2)  307/405/454 | 187/353/422   (128,176,2) 250/353/410 | 134/282/369
 #   D=128: (128,128,2) 432/567/583 | 321/515/570   (128,176,2) 342/460/525 | 211/392/487
-#          (128,144,2) 378/527/577 | 242/457/546   (128,112,2) 406/525/574 | 275/470/550  -> (128,128,2)
+#          (128,144,2) 378/527/577 | 242/457/546   (128,112,2) 406/525/574 | 275/470/550
 #   D=256: (128,80,2)  541/634/656 | 393/589/604   (128,64,2)  528/616/639 | 417/585/613
-#          (128,112,1) 371/468/524 | 300/450/503   (128,128,1) 347/387/404 | 286/380/417  -> (128,80,2)
+#          (128,112,1) 371/468/524 | 300/450/503   (128,128,1) 347/387/404 | 286/380/417
+# then the persistent kernel, at commit 1805970 ("e": rescale_o_early):
+#   D=64:  (192,128,2) 328/466/522 | 170/342/443   (128,128,2) 318/408/437 | 227/376/428
+#   D=128: (128,128,2) 499/609/652 | 347/540/562   (128,128,2)e 507/624/608 | 349/531/567
+#   D=256: (128,80,2)e 597/687/609 | 409/543/592   (128,80,2)  600/677/653 | 408/553/605
+#          (128,64,2)e 615/683/685 | 439/579/605
 # D=32, 96 and 192 were not swept; they take FlashAttention-3's H100 shapes within the register budget.
-_SM90_TILES: dict[int, tuple[int, int, int]] = {
-    32: (128, 128, 2),
-    64: (192, 128, 2),
-    96: (128, 128, 2),
-    128: (128, 128, 2),
-    192: (128, 96, 2),
-    256: (128, 80, 2),
+_SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
+    32: ((128, 128, 2), (128, 128, 2)),
+    64: ((192, 128, 2), (128, 128, 2)),
+    96: ((128, 128, 2), (128, 128, 2)),
+    128: ((128, 128, 2), (128, 128, 2)),
+    192: ((128, 96, 2), (128, 96, 2)),
+    256: ((128, 64, 2), (128, 64, 2)),
 }
 
 
@@ -187,7 +192,8 @@ def sm90_fwd_config(
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages) and
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule)."""
     bucket = head_dim_bucket(head_dim)
-    block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket]
+    masked = causal or window_left >= 0 or window_right >= 0
+    block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
     return Sm90FwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,

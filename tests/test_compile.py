@@ -2,7 +2,9 @@
 
 The SASS must hold the seed's instructions: tensor-core MMAs (HMMA.16816.F32, .BF16 for bf16), cp.async loads
 (LDGSTS), ldmatrix reads (LDSM; LDSM.16.MT88 for the transposed V reads of P·V) and exp2 (MUFU.EX2); the backward
-also the fp32 reductions that add dQ (RED on sm_80, REDG on sm_90a); and nothing may spill registers to local
+also the fp32 reductions that add dQ (RED on sm_80, REDG on sm_90a). The Hopper forward kernel (sm_90a only) must
+hold warpgroup MMAs (HGMMA), TMA loads and stores (UTMALDG, UTMASTG), mbarrier operations (SYNCS) and the register
+hand-over between warpgroups (USETMAXREG), and no mma.sync or cp.async. Nothing may spill registers to local
 memory (STL/LDL) but the variants named in KNOWN_SPILLS, with the reason.
 The compiled kernel cache must also carry a kernel from one process to the next.
 """
@@ -15,10 +17,10 @@ import sys
 
 import pytest
 
-from flashcute.config import BwdConfig, DQConfig, FwdConfig
+from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90FwdConfig
 from flashcute.kernels.build import ARCHS
 from flashcute.kernels.sass import SassReport, inspect_variants, variant_label
-from flashcute.kernels.variants import bwd_variants, fwd_variants
+from flashcute.kernels.variants import bwd_variants, fwd_variants, sm90_fwd_variants
 
 pytestmark = pytest.mark.compile
 
@@ -28,7 +30,11 @@ CONFIGS = [
     *(config for config in fwd_variants() if config.head_dim_padded == PADDED_BUCKET and not config.exact_head_dim),
     *bwd_variants(exact_only=True),
 ]
-VARIANTS = [(config, arch) for arch in ARCHS for config in CONFIGS]
+SM90_CONFIGS = [
+    *sm90_fwd_variants(exact_only=True),
+    *(c for c in sm90_fwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
+]
+VARIANTS = [(config, arch) for arch in ARCHS for config in CONFIGS] + [(c, "sm_90a") for c in SM90_CONFIGS]
 IDS = [f"{arch}-{variant_label(config)}" for config, arch in VARIANTS]
 
 # Variants that spill registers to local memory, found by compiling them all (`flashcute check --arch sm_80 sm_90a`
@@ -197,9 +203,17 @@ def report_of(reports: dict[str, SassReport | Exception], variant_id: str) -> Sa
 
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
-def test_sass_holds_the_algorithms_instructions(reports, config: FwdConfig | BwdConfig | DQConfig, arch: str):
+def test_sass_holds_the_algorithms_instructions(
+    reports, config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig, arch: str
+):
     report = report_of(reports, f"{arch}-{variant_label(config)}")
     assert report.arch == arch  # the cubin is really for the target asked for
+    if isinstance(config, Sm90FwdConfig):
+        for opcode in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "MUFU.EX2"):
+            assert report.count(opcode) > 0, f"no {opcode} in the SASS"
+        for opcode in ("HMMA", "LDGSTS"):
+            assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
+        return
     mma = "HMMA.16816.F32.BF16" if config.dtype == "bfloat16" else "HMMA.16816.F32"
     assert {op for op in report.opcodes if op.startswith("HMMA")} == {mma}
     for opcode in ("LDGSTS", "LDSM", "LDSM.16.MT88", "MUFU.EX2"):
@@ -212,7 +226,9 @@ def test_sass_holds_the_algorithms_instructions(reports, config: FwdConfig | Bwd
 
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
-def test_no_register_spills_but_the_known_ones(reports, config: FwdConfig | BwdConfig | DQConfig, arch: str):
+def test_no_register_spills_but_the_known_ones(
+    reports, config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig, arch: str
+):
     variant_id = f"{arch}-{variant_label(config)}"
     report = report_of(reports, variant_id)
     found = f"{report.registers} registers, {report.stack_bytes} bytes of stack, {report.count('STL')} STL"

@@ -1,10 +1,12 @@
-"""Tile sweep for the sm80 forward kernel: TFLOP/s of each (block_m, block_n, num_warps, num_stages) candidate.
+"""Tile sweep for a forward kernel: TFLOP/s of each tile candidate of the sm80 or the sm90 (Hopper) kernel.
 
-    python scripts/tune_sm80.py [--headdim 64,128,256] [--seqlen 4096,16384] [--dtype bfloat16]
+    python scripts/tune.py [--kernel sm80|sm90] [--headdim 64,128,256] [--seqlen 4096,16384] [--dtype bfloat16]
 
 For each head dim, causal or not, and seqlen (B = 16384 / L, H = 2048 / D, as in the benchmark grid) it times
-PyTorch SDPA's flash backend and every candidate (CUDA events, median), checks each candidate's output on a
-slice against the float64 spec, and prints one JSON line per point. config.py's tile table cites its results.
+PyTorch SDPA's flash backend, flash-attn-4 when it is installed, and every candidate (CUDA events, median), checks
+each candidate's output on a slice against the float64 spec, and prints one JSON line per point. config.py's
+tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, num_stages); sm90 candidates
+(block_m, block_n, num_stages, rescale_o_early).
 """
 
 import argparse
@@ -19,12 +21,20 @@ import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashcute import compile_cache
-from flashcute.config import fwd_config
-from flashcute.interface import device_arch
+from flashcute.config import fwd_config, sm90_fwd_config
+from flashcute.interface import _num_sms, device_arch
 from flashcute.kernels.build import compile_fwd
 from flashcute.kernels.variants import _compile_one
 from flashcute.reference import attention_ref
 
+SM90_CANDIDATES = {
+    32: [(128, 128, 2, False), (192, 128, 2, False)],
+    64: [(192, 128, 2, False), (128, 128, 2, False), (192, 96, 2, False)],
+    96: [(128, 128, 2, False), (192, 128, 2, False), (128, 96, 2, False)],
+    128: [(128, 128, 2, False), (128, 128, 2, True), (128, 176, 2, False), (128, 112, 2, False)],
+    192: [(128, 96, 2, True), (128, 112, 2, True), (128, 64, 2, True)],
+    256: [(128, 80, 2, True), (128, 80, 2, False), (128, 64, 2, True)],
+}
 CANDIDATES = {
     32: [(128, 128, 4, 1), (128, 64, 4, 1), (128, 128, 4, 2)],
     64: [(128, 64, 4, 1), (128, 64, 4, 2), (128, 128, 4, 1), (128, 128, 4, 2), (128, 128, 8, 1)],
@@ -41,6 +51,7 @@ def tflops(ms: float, batch: int, heads: int, seqlen: int, head_dim: int, causal
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernel", default="sm80", choices=["sm80", "sm90"])
     parser.add_argument("--headdim", default="64,128,256")
     parser.add_argument("--seqlen", default="4096,16384")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
@@ -49,9 +60,9 @@ def main() -> None:
     seqlens = [int(s) for s in args.seqlen.split(",")]
     arch = device_arch(torch.device("cuda"))
     configs = [
-        fwd_config(d, args.dtype, causal=causal, tiles=tiles)
+        make_config(args.kernel, d, args.dtype, causal, candidate)
         for d in head_dims
-        for tiles in CANDIDATES[d]
+        for candidate in (SM90_CANDIDATES if args.kernel == "sm90" else CANDIDATES)[d]
         for causal in (False, True)
     ]
     with ProcessPoolExecutor() as pool:  # fill the disk cache in parallel; the loop below then only loads
@@ -60,26 +71,41 @@ def main() -> None:
     for d in head_dims:
         for causal in (False, True):
             for seqlen in seqlens:
-                print(json.dumps(sweep_point(arch, dtype, d, causal, seqlen)), flush=True)
+                print(json.dumps(sweep_point(args.kernel, arch, dtype, d, causal, seqlen)), flush=True)
 
 
-def sweep_point(arch: str, dtype: torch.dtype, d: int, causal: bool, seqlen: int) -> dict:
+def make_config(kernel: str, d: int, dtype: str, causal: bool, candidate: tuple):
+    if kernel == "sm90":
+        return sm90_fwd_config(d, dtype, causal=causal, tiles=candidate[:3], rescale_o_early=candidate[3])
+    return fwd_config(d, dtype, causal=causal, tiles=candidate)
+
+
+def sweep_point(kernel_name: str, arch: str, dtype: torch.dtype, d: int, causal: bool, seqlen: int) -> dict:
     batch, heads = 16384 // seqlen, 2048 // d
     q, k, v = (torch.randn(batch, seqlen, heads, d, device="cuda", dtype=dtype) for _ in "qkv")
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         ms = triton.testing.do_bench(partial(F.scaled_dot_product_attention, qt, kt, vt, is_causal=causal))
     row = {"headdim": d, "causal": causal, "seqlen": seqlen, "sdpa_flash": tflops(ms, batch, heads, seqlen, d, causal)}
+    try:
+        from flash_attn.cute import flash_attn_func as fa4
+
+        ms = triton.testing.do_bench(partial(fa4, q, k, v, causal=causal))
+        row["fa4"] = tflops(ms, batch, heads, seqlen, d, causal)
+    except ImportError:
+        pass
     dtype_name = str(dtype).removeprefix("torch.")
-    for tiles in CANDIDATES[d]:
-        config = fwd_config(d, dtype_name, causal=causal, tiles=tiles)
+    sm90 = kernel_name == "sm90"
+    extra = (_num_sms(torch.cuda.current_device()),) if sm90 else ()
+    for candidate in (SM90_CANDIDATES if sm90 else CANDIDATES)[d]:
+        config = make_config(kernel_name, d, dtype_name, causal, candidate)
         kernel = compile_cache.get_compiled(arch, config, partial(compile_fwd, config, arch))
         out, lse = torch.empty_like(q), torch.empty(batch, heads, seqlen, device="cuda")
-        run = partial(kernel, q, k, v, out, lse, 1 / math.sqrt(d), 0, -1, 0 if causal else -1)
+        run = partial(kernel, q, k, v, out, lse, 1 / math.sqrt(d), 0, -1, 0 if causal else -1, *extra)
         run()
         ref = attention_ref(q[:1, -256:, :2], k[:1, :, :2], v[:1, :, :2], causal=causal)
         error = (out[:1, -256:, :2].double() - ref).abs().max().item()
-        row[str(tiles)] = [round(tflops(triton.testing.do_bench(run), batch, heads, seqlen, d, causal), 1), error]
+        row[str(candidate)] = [round(tflops(triton.testing.do_bench(run), batch, heads, seqlen, d, causal), 1), error]
     return row
 
 
