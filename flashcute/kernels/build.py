@@ -61,21 +61,22 @@ class _SymbolicProblem:
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
 
 
-def _compile(kernel_class, config, arch: str, dump_dir: Path | None, *tensors):
-    """Check ``config`` with the kernel's ``can_implement`` and compile it against ``tensors``, then the scalars
-    (softmax_scale, diag_offset, window_left, window_right) and the caller's current stream."""
+def _compile(kernel, config, arch: str, dump_dir: Path | None, *tensors):
+    """Check ``config`` with the kernel's ``can_implement`` and compile ``kernel`` (built from ``config``) against
+    ``tensors``, then the scalars (softmax_scale, diag_offset, window_left, window_right) and the caller's current
+    stream."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass.cute as cute
 
-    reason = kernel_class.can_implement(config, arch)
+    reason = kernel.can_implement(config, arch)
     if reason is not None:
-        raise ValueError(f"cannot build {kernel_class.__name__} for {config}: {reason}")
+        raise ValueError(f"cannot build {type(kernel).__name__} for {config}: {reason}")
     options = f"--enable-tvm-ffi --gpu-arch {arch}"
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute.compile(kernel_class(config), *tensors, 1.0, 0, -1, -1, stream, options=options)
+    return cute.compile(kernel, *tensors, 1.0, 0, -1, -1, stream, options=options)
 
 
 def compile_fwd(config: FwdConfig, arch: str, dump_dir: Path | None = None):
@@ -85,7 +86,7 @@ def compile_fwd(config: FwdConfig, arch: str, dump_dir: Path | None = None):
 
     p = _SymbolicProblem(config)
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
-    return _compile(FlashAttentionForwardSm80, config, arch, dump_dir, *tensors)
+    return _compile(FlashAttentionForwardSm80(config), config, arch, dump_dir, *tensors)
 
 
 def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
@@ -99,7 +100,8 @@ def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
     p = _SymbolicProblem(config)
     dq_accum = p.q_like(cutlass.Float32) if config.accumulate_dq else None
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats(), dq_accum)
-    return _compile(FlashAttentionBackwardSm80, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like())
+    kernel = FlashAttentionBackwardSm80(config, arch)
+    return _compile(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like())
 
 
 def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
@@ -110,7 +112,7 @@ def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
 
     p = _SymbolicProblem(config)
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats(), p.q_like())
-    return _compile(FlashAttentionBackwardDQSm80, config, arch, dump_dir, *tensors)
+    return _compile(FlashAttentionBackwardDQSm80(config), config, arch, dump_dir, *tensors)
 
 
 def compile_kernel(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None):

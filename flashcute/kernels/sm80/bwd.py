@@ -23,6 +23,7 @@ With one stage (head dim 256, for sm_80's shared memory) the next tile's loads g
 the dK GEMM, the last reader of sQ and sdO, and overlap the dQ GEMM and its atomics.
 """
 
+import re
 from types import SimpleNamespace
 
 import cuda.bindings.driver as cuda
@@ -59,11 +60,19 @@ def _transposed(t: cute.Tensor, rows: int, cols: int, stages: int | None = None)
     return cute.composition(t, cute.make_layout((cols, rows, stages), stride=(rows, 1, rows * cols)))
 
 
-class FlashAttentionBackwardSm80:
-    """dK, dV (and dQ through atomics) on mma.sync tensor cores. Construct from a BwdConfig."""
+def _sm_number(arch: str) -> int:
+    """90 for "sm_90a", 80 for "sm_80"."""
+    return int(re.fullmatch(r"sm_(\d+)[af]?", arch).group(1))
 
-    def __init__(self, config: BwdConfig):
+
+class FlashAttentionBackwardSm80:
+    """dK, dV (and dQ through atomics) on mma.sync tensor cores. Construct from a BwdConfig and the target."""
+
+    def __init__(self, config: BwdConfig, arch: str):
         self.config = config
+        # dQ values a red.global.add adds at once: sm_90 has red.global.add.v2.f32, and a thread's dQ accumulator
+        # holds pairs of neighbouring columns of a row
+        self.dq_red_width = 2 if _sm_number(arch) >= 90 else 1
         self.dtype = CUTLASS_DTYPES[config.dtype]
         self.block_m = config.block_m
         self.block_n = config.block_n
@@ -494,8 +503,12 @@ class FlashAttentionBackwardSm80:
             acc_dQ.fill(0.0)
             gemm_ss(st.tiled_mma_dq, acc_dQ, frag.rdS, frag.rKt, st.tdQsdS, st.tdQsKt, st.copy_A_dq, st.copy_B_dq)
             gdQ = cute.local_tile(st.mdQaccum[st.batch_idx, None, head_idx, None], tile_q, (m_block, 0))
-            for e in cutlass.range_constexpr(cute.size(acc_dQ)):
-                coord = st.tdQcdQ[e]
+            width = self.dq_red_width
+            for e in cutlass.range_constexpr(0, cute.size(acc_dQ), width):
+                coord = st.tdQcdQ[e]  # the first of `width` neighbouring columns (an even one: head_dim % 8 == 0)
+                value = acc_dQ[e]
+                if cutlass.const_expr(width > 1):
+                    value = cute.make_tensor(acc_dQ.iterator + e, cute.make_layout(width)).load().ir_value()
                 if coord[0] < rows_left and coord[1] < st.head_dim:
                     ptr = gdQ.iterator + cute.crd2idx(coord, gdQ.layout)
-                    cute.arch.red(ptr, acc_dQ[e], op="add", dtype=Float32, sem="relaxed", scope="gpu")
+                    cute.arch.red(ptr, value, op="add", dtype=Float32, sem="relaxed", scope="gpu")
