@@ -214,6 +214,8 @@ class BwdConfig:
     block_m rows of Q per step, block_n rows of K/V per thread block, num_warps warps. The three GEMM shapes of
     a step tile their warps differently: S and dP are (block_m, block_n) with warps_m_sdp warps along M; dK and
     dV are (block_n, head_dim) with warps_n_dkv along N; dQ is (block_m, head_dim) with warps_m_dq along M.
+    num_stages shared-memory buffers hold Q, dO, LSE and D: 2 loads the next Q tile's while this one computes,
+    1 loads it once every warp is done with the current one.
     """
 
     dtype: str
@@ -225,6 +227,7 @@ class BwdConfig:
     warps_m_sdp: int
     warps_n_dkv: int
     warps_m_dq: int
+    num_stages: int
     mask_right: bool
     mask_left: bool
     accumulate_dq: bool = True
@@ -232,22 +235,26 @@ class BwdConfig:
     kernel, which walks the K/V tiles of one Q tile in a fixed order."""
 
     def smem_bytes(self) -> int:
-        """Q and dO tiles, K and V tiles, P and dS tiles, 2 bytes an element."""
+        """num_stages Q and dO tiles, K and V tiles, P and dS tiles (2 bytes an element), num_stages LSE and D
+        rows (4 bytes an element, each array padded to 1 KB like the tiles)."""
         d = self.head_dim_padded
-        return 2 * (2 * self.block_m * d + 2 * self.block_n * d + 2 * self.block_m * self.block_n)
+        tiles = 2 * (2 * self.num_stages * self.block_m * d + 2 * self.block_n * d + 2 * self.block_m * self.block_n)
+        row_stats = 2 * -(-4 * self.num_stages * self.block_m // 1024) * 1024
+        return tiles + row_stats
 
 
-# (block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq) per head-dim bucket: FlashAttention-2's
-# sm80 shapes (64 x 128 tiles, 8 warps; 64 x 64 past head dim 128 for the register and shared-memory budget).
-# Head dims 32 and 96 put 4 of the dQ GEMM's warps along M, so that the 2 along the head dim tile it by 32.
+# (block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq, num_stages) per head-dim bucket:
+# FlashAttention-2's sm80 shapes (64 x 128 tiles, 8 warps; 64 x 64 past head dim 128 for the register and
+# shared-memory budget). Head dims 32 and 96 put 4 of the dQ GEMM's warps along M, so that the 2 along the head
+# dim tile it by 32. Two Q/dO stages everywhere but head dim 256, where they would need 209 KB, over sm_80's 163.
 # Not yet tuned on the H200.
-_SM80_BWD_TILES: dict[int, tuple[int, int, int, int, int, int]] = {
-    32: (64, 128, 8, 2, 4, 4),
-    64: (64, 128, 8, 2, 4, 2),
-    96: (64, 128, 8, 2, 4, 4),
-    128: (64, 128, 8, 2, 4, 2),
-    192: (64, 64, 8, 2, 4, 2),
-    256: (64, 64, 8, 2, 4, 2),
+_SM80_BWD_TILES: dict[int, tuple[int, int, int, int, int, int, int]] = {
+    32: (64, 128, 8, 2, 4, 4, 2),
+    64: (64, 128, 8, 2, 4, 2, 2),
+    96: (64, 128, 8, 2, 4, 4, 2),
+    128: (64, 128, 8, 2, 4, 2, 2),
+    192: (64, 64, 8, 2, 4, 2, 2),
+    256: (64, 64, 8, 2, 4, 2, 1),
 }
 
 
@@ -257,7 +264,7 @@ def bwd_config(
 ) -> BwdConfig:
     """The heuristic for the sm80 backward kernel (window_right = 0 is causal)."""
     bucket = head_dim_bucket(head_dim)
-    block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq = _SM80_BWD_TILES[bucket]
+    block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq, num_stages = _SM80_BWD_TILES[bucket]
     return BwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,
@@ -268,6 +275,7 @@ def bwd_config(
         warps_m_sdp=warps_m_sdp,
         warps_n_dkv=warps_n_dkv,
         warps_m_dq=warps_m_dq,
+        num_stages=num_stages,
         mask_right=window_right >= 0,
         mask_left=window_left >= 0,
         accumulate_dq=not deterministic,

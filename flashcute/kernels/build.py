@@ -61,21 +61,22 @@ class _SymbolicProblem:
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
 
 
-def _compile(kernel_class, config, arch: str, dump_dir: Path | None, *tensors, extra_scalars: tuple = ()):
-    """Check ``config`` with the kernel's ``can_implement`` and compile it against ``tensors``, then the scalars
-    (softmax_scale, diag_offset, window_left, window_right, *extra_scalars) and the caller's current stream."""
+def _compile(kernel, config, arch: str, dump_dir: Path | None, *tensors, extra_scalars: tuple = ()):
+    """Check ``config`` with the kernel's ``can_implement`` and compile ``kernel`` (built from ``config``) against
+    ``tensors``, then the scalars (softmax_scale, diag_offset, window_left, window_right, *extra_scalars) and the
+    caller's current stream."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass.cute as cute
 
-    reason = kernel_class.can_implement(config, arch)
+    reason = kernel.can_implement(config, arch)
     if reason is not None:
-        raise ValueError(f"cannot build {kernel_class.__name__} for {config}: {reason}")
+        raise ValueError(f"cannot build {type(kernel).__name__} for {config}: {reason}")
     options = f"--enable-tvm-ffi --gpu-arch {arch}"
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute.compile(kernel_class(config), *tensors, 1.0, 0, -1, -1, *extra_scalars, stream, options=options)
+    return cute.compile(kernel, *tensors, 1.0, 0, -1, -1, *extra_scalars, stream, options=options)
 
 
 def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | None = None):
@@ -86,10 +87,10 @@ def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | N
     from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 
     sm90 = isinstance(config, Sm90FwdConfig)
-    kernel_class = FlashAttentionForwardSm90 if sm90 else FlashAttentionForwardSm80
+    kernel = FlashAttentionForwardSm90(config) if sm90 else FlashAttentionForwardSm80(config)
     p = _SymbolicProblem(config)
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
-    return _compile(kernel_class, config, arch, dump_dir, *tensors, extra_scalars=(1,) if sm90 else ())
+    return _compile(kernel, config, arch, dump_dir, *tensors, extra_scalars=(1,) if sm90 else ())
 
 
 def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
@@ -103,7 +104,8 @@ def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
     p = _SymbolicProblem(config)
     dq_accum = p.q_like(cutlass.Float32) if config.accumulate_dq else None
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats(), dq_accum)
-    return _compile(FlashAttentionBackwardSm80, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like())
+    kernel = FlashAttentionBackwardSm80(config, arch)
+    return _compile(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like())
 
 
 def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
@@ -114,7 +116,7 @@ def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
 
     p = _SymbolicProblem(config)
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats(), p.q_like())
-    return _compile(FlashAttentionBackwardDQSm80, config, arch, dump_dir, *tensors)
+    return _compile(FlashAttentionBackwardDQSm80(config), config, arch, dump_dir, *tensors)
 
 
 def compile_kernel(config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None):

@@ -68,6 +68,12 @@ def make_gmem_tiled_copy_strips(dtype: type[cutlass.Numeric], num_threads: int, 
     return cute.make_tiled_copy_tv(atom, thread_layout, cute.make_layout((1, elems)))
 
 
+def make_row_stats_copy(rows: int) -> cute.TiledCopy:
+    """A 4-byte cp.async per thread for threads 0 .. rows - 1 over a (rows,) fp32 tile (LSE, or D)."""
+    atom = cute.make_copy_atom(cpasync.CopyG2SOp(), cutlass.Float32, num_bits_per_copy=32)
+    return cute.make_tiled_copy_tv(atom, cute.make_layout(rows), cute.make_layout(1))
+
+
 @cute.jit
 def head_dim_predicate(tXcX: cute.Tensor, head_dim: cutlass.Int32) -> cute.Tensor:
     """Per-vector predicate over the head-dim mode of a partitioned (CPY, CPY_M, CPY_K) coordinate tensor.

@@ -144,6 +144,31 @@ def load_row_stats(
 
 
 @cute.jit
+def lse_log2_rows(sLSE: cute.Tensor, tScS: cute.Tensor, rows_left: Int32) -> cute.Tensor:
+    """Backward: LSE * log2 e for the rows of a score fragment (``tScS`` its (row, col) view), read from a
+    (block_m,) shared-memory tile. Rows ``>= rows_left`` (their LSE was never loaded) and rows that saw no key
+    in the forward (LSE = -inf) get +inf, so their recomputed P is 0."""
+    lse_log2 = cute.make_rmem_tensor(cute.size(tScS, mode=[0]), Float32)
+    for r in cutlass.range_constexpr(cute.size(lse_log2)):
+        row = tScS[r, 0][0]
+        lse = sLSE[row]
+        lse_log2[r] = Float32.inf if row >= rows_left or lse == -Float32.inf else lse * LOG2_E
+    return lse_log2
+
+
+@cute.jit
+def d_rows(sD: cute.Tensor, tScS: cute.Tensor, rows_left: Int32) -> cute.Tensor:
+    """Backward: D = rowsum(dO * O) for the rows of a score fragment, read from a (block_m,) shared-memory tile;
+    0 for rows ``>= rows_left`` (never loaded)."""
+    d_row = cute.make_rmem_tensor(cute.size(tScS, mode=[0]), Float32)
+    for r in cutlass.range_constexpr(cute.size(d_row)):
+        row = tScS[r, 0][0]
+        d = sD[row]
+        d_row[r] = Float32(0.0) if row >= rows_left else d
+    return d_row
+
+
+@cute.jit
 def softmax_grad(acc_P: cute.Tensor, acc_dP: cute.Tensor, d_row: cute.Tensor):
     """Backward, in place in acc_dP: dS = P * (dP - D), D = rowsum(dO * O) per row."""
     p_rc, dp_rc = acc_rows_cols(acc_P), acc_rows_cols(acc_dP)

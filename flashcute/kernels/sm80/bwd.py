@@ -11,8 +11,19 @@ Per Q tile, with P and dS staged through shared memory because their transposes 
 
 Rows past seqlen_q load as zeros with LSE = +inf, so their P and dS are 0; K/V rows past seqlen_k load as zeros
 and their scores are masked, so 0 * garbage never makes a NaN.
+
+The Q tiles are walked as one flat sequence t = 0, 1, ... over (query head, m_block). Q, dO, LSE and D of tile t
+live in shared-memory stage t % num_stages, loaded with cp.async. With two stages, tile t + 1 is loaded while
+tile t computes:
+    wait for tile t, barrier    (tile t landed for every thread; every warp is done with tile t - 1, so its
+                                 stage, and sP and sdS, may be written again)
+    issue tile t + 1's loads into the other stage
+    S, dP, P, dS -> sP, sdS, barrier, dV, dK, dQ
+With one stage (head dim 256, for sm_80's shared memory) the next tile's loads go out after a barrier that follows
+the dK GEMM, the last reader of sQ and sdO, and overlap the dQ GEMM and its atomics.
 """
 
+import re
 from types import SimpleNamespace
 
 import cuda.bindings.driver as cuda
@@ -27,7 +38,7 @@ from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_ss
 from flashcute.kernels.common.layout import acc_rows_cols
 from flashcute.kernels.common.mask import AttentionMask
-from flashcute.kernels.common.softmax import LOG2_E, load_row_stats, recompute_probs, softmax_grad
+from flashcute.kernels.common.softmax import LOG2_E, d_rows, lse_log2_rows, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
 from flashcute.kernels.sm80.limits import common_limits
@@ -41,20 +52,32 @@ def _tiled_mma(dtype, warps_m: int, warps_n: int) -> cute.TiledMma:
     )
 
 
-def _transposed(t: cute.Tensor, rows: int, cols: int) -> cute.Tensor:
-    """A (cols, rows) view of a (rows, cols) shared-memory tile: the same bytes, read with ldmatrix.trans."""
-    return cute.composition(t, cute.make_layout((cols, rows), stride=(rows, 1)))
+def _transposed(t: cute.Tensor, rows: int, cols: int, stages: int | None = None) -> cute.Tensor:
+    """A (cols, rows) view of a (rows, cols) shared-memory tile, or (cols, rows, stages) of (rows, cols, stages)
+    tiles: the same bytes, read with ldmatrix.trans."""
+    if stages is None:
+        return cute.composition(t, cute.make_layout((cols, rows), stride=(rows, 1)))
+    return cute.composition(t, cute.make_layout((cols, rows, stages), stride=(rows, 1, rows * cols)))
+
+
+def _sm_number(arch: str) -> int:
+    """90 for "sm_90a", 80 for "sm_80"."""
+    return int(re.fullmatch(r"sm_(\d+)[af]?", arch).group(1))
 
 
 class FlashAttentionBackwardSm80:
-    """dK, dV (and dQ through atomics) on mma.sync tensor cores. Construct from a BwdConfig."""
+    """dK, dV (and dQ through atomics) on mma.sync tensor cores. Construct from a BwdConfig and the target."""
 
-    def __init__(self, config: BwdConfig):
+    def __init__(self, config: BwdConfig, arch: str):
         self.config = config
+        # dQ values a red.global.add adds at once: sm_90 has red.global.add.v2.f32, and a thread's dQ accumulator
+        # holds pairs of neighbouring columns of a row
+        self.dq_red_width = 2 if _sm_number(arch) >= 90 else 1
         self.dtype = CUTLASS_DTYPES[config.dtype]
         self.block_m = config.block_m
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
+        self.num_stages = config.num_stages
         self.num_threads = config.num_warps * 32
 
     @staticmethod
@@ -74,6 +97,10 @@ class FlashAttentionBackwardSm80:
                 return f"{gemm}: {warps_along_d} warps along the head dim do not tile {config.head_dim_padded}"
         if config.block_n % 64 != 0 or config.block_m % 8 != 0:
             return "block_n must be a multiple of 64 (the P and dS tiles use a 64-wide swizzle atom)"
+        if config.num_stages not in (1, 2):
+            return f"num_stages={config.num_stages} is not 1 or 2"
+        if config.block_m > warps * 32:
+            return f"block_m={config.block_m} is over the {warps * 32} threads that load one LSE and D row each"
         return common_limits(config, warps * 32, config.smem_bytes(), arch)
 
     # ---------------------------------------------------------------- host side
@@ -97,9 +124,11 @@ class FlashAttentionBackwardSm80:
     ):
         cfg = self.config
         atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
-        sQ_layout = cute.tile_to_shape(atom, (self.block_m, self.head_dim_padded), (0, 1))
+        # Q and dO (and LSE and D) have num_stages buffers: (block_m, D, num_stages), (block_m, num_stages)
+        sQ_layout = cute.tile_to_shape(atom, (self.block_m, self.head_dim_padded, self.num_stages), (0, 1, 2))
         sKV_layout = cute.tile_to_shape(atom, (self.block_n, self.head_dim_padded), (0, 1))
         sP_layout = cute.tile_to_shape(gcopy.smem_layout_atom(self.dtype, 64), (self.block_m, self.block_n), (0, 1))
+        sLSE_layout = cute.make_layout((self.block_m, self.num_stages))
 
         @cute.struct
         class SharedStorage:
@@ -109,6 +138,10 @@ class FlashAttentionBackwardSm80:
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
+            sLSE: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sLSE_layout)], 1024]
+            sD: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sLSE_layout)], 1024]
+
+        assert SharedStorage.size_in_bytes() <= cfg.smem_bytes(), "BwdConfig.smem_bytes undercounts the kernel's"
 
         warps = cfg.num_warps
         tiled_mma_sdp = _tiled_mma(self.dtype, cfg.warps_m_sdp, warps // cfg.warps_m_sdp)
@@ -116,6 +149,7 @@ class FlashAttentionBackwardSm80:
         tiled_mma_dq = _tiled_mma(self.dtype, cfg.warps_m_dq, warps // cfg.warps_m_dq)
         gmem_tiled_copy_load = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True)
         gmem_tiled_copy_store = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False)
+        gmem_tiled_copy_stats = gcopy.make_row_stats_copy(self.block_m)
 
         num_n_blocks = cute.ceil_div(mK.shape[1], self.block_n)
         self.kernel(
@@ -136,8 +170,10 @@ class FlashAttentionBackwardSm80:
             sQ_layout,
             sKV_layout,
             sP_layout,
+            sLSE_layout,
             gmem_tiled_copy_load,
             gmem_tiled_copy_store,
+            gmem_tiled_copy_stats,
             tiled_mma_sdp,
             tiled_mma_dkv,
             tiled_mma_dq,
@@ -170,8 +206,10 @@ class FlashAttentionBackwardSm80:
         sQ_layout: cute.ComposedLayout,
         sKV_layout: cute.ComposedLayout,
         sP_layout: cute.ComposedLayout,
+        sLSE_layout: cute.Layout,
         gmem_tiled_copy_load: cute.TiledCopy,
         gmem_tiled_copy_store: cute.TiledCopy,
+        gmem_tiled_copy_stats: cute.TiledCopy,
         tiled_mma_sdp: cute.TiledMma,
         tiled_mma_dkv: cute.TiledMma,
         tiled_mma_dq: cute.TiledMma,
@@ -211,19 +249,21 @@ class FlashAttentionBackwardSm80:
         gV = cute.local_tile(mV[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
-        sQ = storage.sQ.get_tensor(sQ_layout)
+        sQ = storage.sQ.get_tensor(sQ_layout)  # (block_m, D, num_stages)
         sdO = storage.sdO.get_tensor(sQ_layout)
         sK = storage.sK.get_tensor(sKV_layout)
         sV = storage.sV.get_tensor(sKV_layout)
         sP = storage.sP.get_tensor(sP_layout)
         sdS = storage.sdS.get_tensor(sP_layout)
+        sLSE = storage.sLSE.get_tensor(sLSE_layout)  # (block_m, num_stages)
+        sD = storage.sD.get_tensor(sLSE_layout)
         sPt = _transposed(sP, self.block_m, self.block_n)  # (block_n, block_m)
         sdSt = _transposed(sdS, self.block_m, self.block_n)
-        sQt = _transposed(sQ, self.block_m, self.head_dim_padded)  # (D, block_m)
-        sdOt = _transposed(sdO, self.block_m, self.head_dim_padded)
+        sQt = _transposed(sQ, self.block_m, self.head_dim_padded, self.num_stages)  # (D, block_m, num_stages)
+        sdOt = _transposed(sdO, self.block_m, self.head_dim_padded, self.num_stages)
         sKt = _transposed(sK, self.block_n, self.head_dim_padded)  # (D, block_n)
 
-        # ---- step 2: K and V once; Q and dO per Q tile (rows past seqlen_q zero-filled)
+        # ---- step 2: K and V once; Q, dO, LSE and D per Q tile (rows past seqlen_q zero-filled)
         gmem_thr_copy = gmem_tiled_copy_load.get_slice(tidx)
         gmem_thr0_copy = gmem_tiled_copy_load.get_slice(0)
         tQcQ = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_q))
@@ -261,14 +301,14 @@ class FlashAttentionBackwardSm80:
         copy_A_dq = cute.make_tiled_copy_A(ldsm, tiled_mma_dq).get_slice(tidx)
         copy_B_dq = cute.make_tiled_copy_B(ldsm_t, tiled_mma_dq).get_slice(tidx)
         frag = SimpleNamespace(  # register fragments of every MMA operand
-            rQ=thr_mma_sdp.make_fragment_A(thr_mma_sdp.partition_A(sQ)),
-            rdO=thr_mma_sdp.make_fragment_A(thr_mma_sdp.partition_A(sdO)),
+            rQ=thr_mma_sdp.make_fragment_A(thr_mma_sdp.partition_A(sQ[None, None, 0])),
+            rdO=thr_mma_sdp.make_fragment_A(thr_mma_sdp.partition_A(sdO[None, None, 0])),
             rK=thr_mma_sdp.make_fragment_B(thr_mma_sdp.partition_B(sK)),
             rV=thr_mma_sdp.make_fragment_B(thr_mma_sdp.partition_B(sV)),
             rPt=thr_mma_dkv.make_fragment_A(thr_mma_dkv.partition_A(sPt)),
             rdSt=thr_mma_dkv.make_fragment_A(thr_mma_dkv.partition_A(sdSt)),
-            rdOt=thr_mma_dkv.make_fragment_B(thr_mma_dkv.partition_B(sdOt)),
-            rQt=thr_mma_dkv.make_fragment_B(thr_mma_dkv.partition_B(sQt)),
+            rdOt=thr_mma_dkv.make_fragment_B(thr_mma_dkv.partition_B(sdOt[None, None, 0])),
+            rQt=thr_mma_dkv.make_fragment_B(thr_mma_dkv.partition_B(sQt[None, None, 0])),
             rdS=thr_mma_dq.make_fragment_A(thr_mma_dq.partition_A(sdS)),
             rKt=thr_mma_dq.make_fragment_B(thr_mma_dq.partition_B(sKt)),
         )
@@ -279,11 +319,7 @@ class FlashAttentionBackwardSm80:
         mask = AttentionMask(tile_info, thr_mma_sdp, tiled_mma_sdp.get_slice(0))
         store_P = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype), tiled_mma_sdp)
         store_P = store_P.get_slice(tidx)
-        tPsP, tdSsdS = store_P.partition_D(sP), store_P.partition_D(sdS)
-        # (row, col) of each S element, for LSE and D per row
-        tScS = acc_rows_cols(thr_mma_sdp.partition_C(cute.make_identity_tensor((self.block_m, self.block_n))))
-        # dQ: this thread's elements of a (block_m, D) tile and their coordinates, for the atomic adds
-        tdQcdQ = thr_mma_dq.partition_C(cute.make_identity_tensor(tile_q))
+        gmem_thr_copy_stats = gmem_tiled_copy_stats.get_slice(tidx)
 
         st = SimpleNamespace(
             mQ=mQ,
@@ -291,21 +327,26 @@ class FlashAttentionBackwardSm80:
             mLSE=mLSE,
             mD=mD,
             mdQaccum=mdQaccum,
-            sQ=sQ,
-            sdO=sdO,
-            sK=sK,
-            sV=sV,
-            sdS=sdS,
-            sPt=sPt,
-            sdSt=sdSt,
-            sQt=sQt,
-            sdOt=sdOt,
-            sKt=sKt,
+            sLSE=sLSE,
+            sD=sD,
+            # the tile sequence: tile t is query head kv_head_idx * qheads_per_kvhead + t // num_m_blocks,
+            # Q tile m_block_min + t % num_m_blocks
+            num_m_blocks=m_block_max - m_block_min,
+            m_block_min=m_block_min,
+            first_head_idx=kv_head_idx * qheads_per_kvhead,
+            # step 2's partitions of Q, dO, LSE, D (smem sides with their stage mode last)
             gmem_tiled_copy_load=gmem_tiled_copy_load,
             gmem_thr_copy=gmem_thr_copy,
+            tQsQ=gmem_thr_copy.partition_D(sQ),
+            tdOsdO=gmem_thr_copy.partition_D(sdO),
             tQcQ=tQcQ,
             t0QcQ=t0QcQ,
             tQpQ=tQpQ,
+            gmem_tiled_copy_stats=gmem_tiled_copy_stats,
+            gmem_thr_copy_stats=gmem_thr_copy_stats,
+            tLSEsLSE=gmem_thr_copy_stats.partition_D(sLSE),
+            tDsD=gmem_thr_copy_stats.partition_D(sD),
+            # steps 3 and 6: the ldmatrix partitions of every GEMM's operands
             tiled_mma_sdp=tiled_mma_sdp,
             tiled_mma_dkv=tiled_mma_dkv,
             tiled_mma_dq=tiled_mma_dq,
@@ -317,29 +358,84 @@ class FlashAttentionBackwardSm80:
             copy_B_dkv=copy_B_dkv,
             copy_A_dq=copy_A_dq,
             copy_B_dq=copy_B_dq,
+            tSsQ=copy_A_sdp.partition_S(sQ),
+            tSsK=copy_B_sdp.partition_S(sK),
+            tdPsdO=copy_A_sdp.partition_S(sdO),
+            tdPsV=copy_B_sdp.partition_S(sV),
+            tdVsPt=copy_A_dkv.partition_S(sPt),
+            tdVsdOt=copy_B_dkv.partition_S(sdOt),
+            tdKsdSt=copy_A_dkv.partition_S(sdSt),
+            tdKsQt=copy_B_dkv.partition_S(sQt),
+            tdQsdS=copy_A_dq.partition_S(sdS),
+            tdQsKt=copy_B_dq.partition_S(sKt),
             store_P=store_P,
-            tPsP=tPsP,
-            tdSsdS=tdSsdS,
-            tScS=tScS,
-            tdQcdQ=tdQcdQ,
+            tPsP=store_P.partition_D(sP),
+            tdSsdS=store_P.partition_D(sdS),
+            # (row, col) of each S element, for LSE and D per row
+            tScS=acc_rows_cols(thr_mma_sdp.partition_C(cute.make_identity_tensor((self.block_m, self.block_n)))),
+            # dQ: this thread's elements of a (block_m, D) tile and their coordinates, for the atomic adds
+            tdQcdQ=thr_mma_dq.partition_C(cute.make_identity_tensor(tile_q)),
+            tidx=tidx,
             batch_idx=batch_idx,
             seqlen_q=seqlen_q,
             head_dim=head_dim,
             scale_log2=scale_log2,
         )
-        num_m_blocks = m_block_max - m_block_min
-        for i in cutlass.range(qheads_per_kvhead * num_m_blocks, unroll=1):
-            head_idx = kv_head_idx * qheads_per_kvhead + i // num_m_blocks
-            self.compute_one_m_block(st, frag, mask, acc_dK, acc_dV, head_idx, m_block_min + i % num_m_blocks, n_block)
+        num_tiles = qheads_per_kvhead * st.num_m_blocks
+        if num_tiles > 0:
+            self.load_q_tile(st, st.first_head_idx, m_block_min, 0)
+        cute.arch.cp_async_commit_group()
+        for t in cutlass.range(num_tiles, unroll=1):
+            self.compute_one_m_block(st, frag, mask, acc_dK, acc_dV, t, num_tiles, n_block)
 
         # ---- step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes)
         acc_dK.store(acc_dK.load() * softmax_scale)
         gdK = cute.local_tile(mdK[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
         gdV = cute.local_tile(mdV[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
-        cute.arch.cp_async_wait_group(0)
-        cute.arch.sync_threads()
+        cute.arch.cp_async_wait_group(0)  # the loop may have run zero times: K and V may still be landing
+        cute.arch.sync_threads()  # every warp is done reading sK and sV
         store_o(acc_dK, sK, gdK, tiled_mma_dkv, gmem_tiled_copy_store, tidx, kv_rows_left, head_dim, check_hdim)
         store_o(acc_dV, sV, gdV, tiled_mma_dkv, gmem_tiled_copy_store, tidx, kv_rows_left, head_dim, check_hdim)
+
+    def tile_coords(self, st: SimpleNamespace, t: Int32) -> tuple[Int32, Int32]:
+        """(head_idx, m_block) of tile t of the walk."""
+        return st.first_head_idx + t // st.num_m_blocks, st.m_block_min + t % st.num_m_blocks
+
+    def stage(self, t: Int32) -> Int32:
+        """The shared-memory stage that holds tile t's Q, dO, LSE and D."""
+        return t % self.num_stages if cutlass.const_expr(self.num_stages > 1) else 0
+
+    @cute.jit
+    def load_q_tile(self, st: SimpleNamespace, head_idx: Int32, m_block: Int32, stage: Int32):
+        """Step 2 for one Q tile: cp.async of Q and dO (rows past seqlen_q zero-filled), LSE and D (rows past
+        seqlen_q left unloaded) into ``stage``. The caller commits the group."""
+        cfg = self.config
+        tile_q = (self.block_m, self.head_dim_padded)
+        rows_left = st.seqlen_q - m_block * self.block_m
+        gQ = cute.local_tile(st.mQ[st.batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        gdO = cute.local_tile(st.mdO[st.batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        for g, tXsX in ((gQ, st.tQsQ), (gdO, st.tdOsdO)):
+            gcopy.copy_rows(
+                st.gmem_tiled_copy_load,
+                st.gmem_thr_copy.partition_S(g),
+                tXsX[None, None, None, stage],
+                st.tQcQ,
+                st.t0QcQ,
+                st.tQpQ,
+                rows_left,
+                True,
+                not cfg.exact_head_dim,
+                True,
+            )
+        # thread r < block_m loads row r's LSE and D (partitioned out here: a method called on a value inside a
+        # dynamic `if` makes the DSL thread that value through the branch)
+        gLSE = cute.local_tile(st.mLSE[st.batch_idx, head_idx, None], (self.block_m,), (m_block,))
+        gD = cute.local_tile(st.mD[st.batch_idx, head_idx, None], (self.block_m,), (m_block,))
+        tLSEgLSE = st.gmem_thr_copy_stats.partition_S(gLSE)
+        tDgD = st.gmem_thr_copy_stats.partition_S(gD)
+        if st.tidx < cutlass.min(rows_left, self.block_m):
+            cute.copy(st.gmem_tiled_copy_stats, tLSEgLSE, st.tLSEsLSE[None, None, stage])
+            cute.copy(st.gmem_tiled_copy_stats, tDgD, st.tDsD[None, None, stage])
 
     @cute.jit
     def compute_one_m_block(
@@ -349,50 +445,38 @@ class FlashAttentionBackwardSm80:
         mask: AttentionMask,
         acc_dK: cute.Tensor,
         acc_dV: cute.Tensor,
-        head_idx: Int32,
-        m_block: Int32,
+        t: Int32,
+        num_tiles: Int32,
         n_block: Int32,
     ):
-        """One Q tile of one query head against this thread block's K/V tile: steps 2 to 6 of the backward."""
+        """Tile t of the walk (one Q tile of one query head) against this thread block's K/V tile: steps 3 to 6,
+        with tile t + 1's loads in flight (see the module docstring for the barriers)."""
         cfg = self.config
         tile_q = (self.block_m, self.head_dim_padded)
-        batch_idx, seqlen_q, head_dim = st.batch_idx, st.seqlen_q, st.head_dim
-        check_hdim = not cfg.exact_head_dim
-        rows_left = seqlen_q - m_block * self.block_m
-        # Q, dO -> shared memory; every warp is done with the previous tile's sQ, sdO, sP, sdS (last barrier)
-        gQ = cute.local_tile(st.mQ[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
-        gdO = cute.local_tile(st.mdO[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
-        for g, s in ((gQ, st.sQ), (gdO, st.sdO)):
-            gcopy.copy_rows(
-                st.gmem_tiled_copy_load,
-                st.gmem_thr_copy.partition_S(g),
-                st.gmem_thr_copy.partition_D(s),
-                st.tQcQ,
-                st.t0QcQ,
-                st.tQpQ,
-                rows_left,
-                True,
-                check_hdim,
-                True,
-            )
-        cute.arch.cp_async_commit_group()
-        lse_log2, d_row = load_row_stats(st.mLSE, st.mD, batch_idx, head_idx, st.tScS, m_block * self.block_m, seqlen_q)
-        cute.arch.cp_async_wait_group(0)
-        cute.arch.sync_threads()
+        head_idx, m_block = self.tile_coords(st, t)
+        stage = self.stage(t)
+        rows_left = st.seqlen_q - m_block * self.block_m
+        cute.arch.cp_async_wait_group(0)  # tile t (the first time: and K, V) has landed ...
+        cute.arch.sync_threads()  # ... for every thread, and every warp is done with tile t - 1's smem
+        if cutlass.const_expr(self.num_stages == 2):
+            if t + 1 < num_tiles:
+                next_head_idx, next_m_block = self.tile_coords(st, t + 1)
+                self.load_q_tile(st, next_head_idx, next_m_block, self.stage(t + 1))  # the stage tile t - 1 used
+            cute.arch.cp_async_commit_group()
 
         # step 3: S = Q K^T and dP = dO V^T
         acc_S = cute.make_rmem_tensor(st.thr_mma_sdp.partition_shape_C((self.block_m, self.block_n)), Float32)
         acc_dP = cute.make_rmem_tensor(st.thr_mma_sdp.partition_shape_C((self.block_m, self.block_n)), Float32)
         acc_S.fill(0.0)
         acc_dP.fill(0.0)
-        tSsQ, tSsK = st.copy_A_sdp.partition_S(st.sQ), st.copy_B_sdp.partition_S(st.sK)
-        gemm_ss(st.tiled_mma_sdp, acc_S, frag.rQ, frag.rK, tSsQ, tSsK, st.copy_A_sdp, st.copy_B_sdp)
+        tSsQ = st.tSsQ[None, None, None, stage]
+        gemm_ss(st.tiled_mma_sdp, acc_S, frag.rQ, frag.rK, tSsQ, st.tSsK, st.copy_A_sdp, st.copy_B_sdp)
         # step 4: mask; step 5: P = exp2(S * scale_log2 - LSE log2 e)
         mask.apply(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
-        recompute_probs(acc_S, lse_log2, st.scale_log2)
-        tdPsdO, tdPsV = st.copy_A_sdp.partition_S(st.sdO), st.copy_B_sdp.partition_S(st.sV)
-        gemm_ss(st.tiled_mma_sdp, acc_dP, frag.rdO, frag.rV, tdPsdO, tdPsV, st.copy_A_sdp, st.copy_B_sdp)
-        softmax_grad(acc_S, acc_dP, d_row)  # acc_dP becomes dS
+        recompute_probs(acc_S, lse_log2_rows(st.sLSE[None, stage], st.tScS, rows_left), st.scale_log2)
+        tdPsdO = st.tdPsdO[None, None, None, stage]
+        gemm_ss(st.tiled_mma_sdp, acc_dP, frag.rdO, frag.rV, tdPsdO, st.tdPsV, st.copy_A_sdp, st.copy_B_sdp)
+        softmax_grad(acc_S, acc_dP, d_rows(st.sD[None, stage], st.tScS, rows_left))  # acc_dP becomes dS
         # P and dS -> shared memory in 16 bits: their transposes are the A operands of dV and dK
         rP = cute.make_fragment_like(acc_S, self.dtype)
         rP.store(acc_S.load().to(self.dtype))
@@ -400,47 +484,31 @@ class FlashAttentionBackwardSm80:
         rdS.store(acc_dP.load().to(self.dtype))
         cute.copy(st.store_P, st.store_P.retile(rP), st.tPsP)
         cute.copy(st.store_P, st.store_P.retile(rdS), st.tdSsdS)
-        cute.arch.sync_threads()
+        cute.arch.sync_threads()  # P and dS are in shared memory for every warp
 
         # step 6: dV += P^T dO, dK += dS^T Q
-        gemm_ss(
-            st.tiled_mma_dkv,
-            acc_dV,
-            frag.rPt,
-            frag.rdOt,
-            st.copy_A_dkv.partition_S(st.sPt),
-            st.copy_B_dkv.partition_S(st.sdOt),
-            st.copy_A_dkv,
-            st.copy_B_dkv,
-        )
-        gemm_ss(
-            st.tiled_mma_dkv,
-            acc_dK,
-            frag.rdSt,
-            frag.rQt,
-            st.copy_A_dkv.partition_S(st.sdSt),
-            st.copy_B_dkv.partition_S(st.sQt),
-            st.copy_A_dkv,
-            st.copy_B_dkv,
-        )
+        tdVsdOt = st.tdVsdOt[None, None, None, stage]
+        gemm_ss(st.tiled_mma_dkv, acc_dV, frag.rPt, frag.rdOt, st.tdVsPt, tdVsdOt, st.copy_A_dkv, st.copy_B_dkv)
+        tdKsQt = st.tdKsQt[None, None, None, stage]
+        gemm_ss(st.tiled_mma_dkv, acc_dK, frag.rdSt, frag.rQt, st.tdKsdSt, tdKsQt, st.copy_A_dkv, st.copy_B_dkv)
+        if cutlass.const_expr(self.num_stages == 1):
+            cute.arch.sync_threads()  # every warp is done with sQ and sdO (the dQ GEMM reads sdS and sK only)
+            if t + 1 < num_tiles:
+                next_head_idx, next_m_block = self.tile_coords(st, t + 1)
+                self.load_q_tile(st, next_head_idx, next_m_block, 0)
+            cute.arch.cp_async_commit_group()
         if cutlass.const_expr(cfg.accumulate_dq):
             # dQ += dS K, added into the fp32 buffer (other thread blocks add their K/V tiles' parts)
             acc_dQ = cute.make_rmem_tensor(st.thr_mma_dq.partition_shape_C(tile_q), Float32)
             acc_dQ.fill(0.0)
-            gemm_ss(
-                st.tiled_mma_dq,
-                acc_dQ,
-                frag.rdS,
-                frag.rKt,
-                st.copy_A_dq.partition_S(st.sdS),
-                st.copy_B_dq.partition_S(st.sKt),
-                st.copy_A_dq,
-                st.copy_B_dq,
-            )
-            gdQ = cute.local_tile(st.mdQaccum[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
-            for e in cutlass.range_constexpr(cute.size(acc_dQ)):
-                coord = st.tdQcdQ[e]
-                if coord[0] < rows_left and coord[1] < head_dim:
+            gemm_ss(st.tiled_mma_dq, acc_dQ, frag.rdS, frag.rKt, st.tdQsdS, st.tdQsKt, st.copy_A_dq, st.copy_B_dq)
+            gdQ = cute.local_tile(st.mdQaccum[st.batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+            width = self.dq_red_width
+            for e in cutlass.range_constexpr(0, cute.size(acc_dQ), width):
+                coord = st.tdQcdQ[e]  # the first of `width` neighbouring columns (an even one: head_dim % 8 == 0)
+                value = acc_dQ[e]
+                if cutlass.const_expr(width > 1):
+                    value = cute.make_tensor(acc_dQ.iterator + e, cute.make_layout(width)).load().ir_value()
+                if coord[0] < rows_left and coord[1] < st.head_dim:
                     ptr = gdQ.iterator + cute.crd2idx(coord, gdQ.layout)
-                    cute.arch.red(ptr, acc_dQ[e], op="add", dtype=Float32, sem="relaxed", scope="gpu")
-        cute.arch.sync_threads()  # every warp is done with sQ, sdO, sP, sdS before the next tile loads
+                    cute.arch.red(ptr, value, op="add", dtype=Float32, sem="relaxed", scope="gpu")
