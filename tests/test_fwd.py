@@ -11,6 +11,7 @@ import torch
 
 import flashcute
 from flashcute.interface import kernel_window, launch_fwd
+from flashcute.kernels.variants import ALTERNATIVE_TILES, alternative_tile_config
 from flashcute.validation import validate_attention_args, validate_cuda_inputs
 from tests.helpers import check_against_spec
 
@@ -179,29 +180,20 @@ def test_bad_inputs_raise_before_launch(bad, message):
         flashcute.flash_attn_func(q, k, v)
 
 
-OTHER_TILES = {
-    "sm80": [(128, 64, 4, 2), (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1)],
-    "sm90": [(64, 128, 2), (192, 128, 2), (128, 64, 3), (128, 176, 2), (128, 112, 1)],
-}
-
-
-@pytest.mark.parametrize("choice", range(5))
+@pytest.mark.parametrize("choice", range(max(len(tiles) for tiles in ALTERNATIVE_TILES.values())))
 @pytest.mark.parametrize("mask", MASKS[:4], ids=str)
 def test_other_tile_configs(choice, mask, kernel):
     """Tile shapes and stage counts besides the heuristic's pick, on lengths that leave partial tiles."""
     from flashcute import compile_cache
-    from flashcute.config import fwd_config, sm90_fwd_config
     from flashcute.interface import device_arch
     from flashcute.kernels.build import compile_fwd
 
-    if choice >= len(OTHER_TILES[kernel]):
-        pytest.skip(f"{kernel} has {len(OTHER_TILES[kernel])} alternative tile configs")
+    if choice >= len(ALTERNATIVE_TILES[kernel]):
+        pytest.skip(f"{kernel} has {len(ALTERNATIVE_TILES[kernel])} alternative tile configs")
     q = randn(2, 333, 4, 96)
     k, v = (randn(2, 517, 2, 96) for _ in "kv")
     args = validate_attention_args(q, k, v, **mask)
-    make_config = sm90_fwd_config if kernel == "sm90" else fwd_config
-    window = {"window_left": args.window_left, "window_right": args.window_right}
-    config = make_config(96, "bfloat16", **window, tiles=OTHER_TILES[kernel][choice])
+    config = alternative_tile_config(kernel, ALTERNATIVE_TILES[kernel][choice], args.window_left, args.window_right)
     arch = device_arch(q.device)
     compiled = compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
     out = torch.full_like(q, math.nan)

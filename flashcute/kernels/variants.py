@@ -49,6 +49,28 @@ def sm90_fwd_variants(exact_only: bool = False) -> list[Sm90FwdConfig]:
     return _variants(sm90_fwd_config, exact_only)
 
 
+# Tile choices besides the heuristics' that the GPU tests run (tests/test_fwd.py), at head dim 96, bf16: sm80
+# (block_m, block_n, num_warps, num_stages), sm90 (block_m, block_n, num_stages).
+ALTERNATIVE_TILES = {
+    "sm80": [(128, 64, 4, 2), (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1)],
+    "sm90": [(64, 128, 2), (192, 128, 2), (128, 64, 3), (128, 176, 2), (128, 112, 1)],
+}
+
+
+def alternative_tile_config(kernel: str, tiles: tuple, window_left: int, window_right: int):
+    """The test's config for one of ALTERNATIVE_TILES[kernel] under a mask."""
+    make_config = sm90_fwd_config if kernel == "sm90" else fwd_config
+    return make_config(96, "bfloat16", window_left=window_left, window_right=window_right, tiles=tiles)
+
+
+def alternative_tile_variants(kernel: str) -> list[FwdConfig | Sm90FwdConfig]:
+    return [
+        alternative_tile_config(kernel, tiles, left, right)
+        for tiles in ALTERNATIVE_TILES[kernel]
+        for left, right in MASK_VARIANTS[:3]
+    ]
+
+
 def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig]:
     """Every backward kernel the heuristics pick, per dtype x head-dim bucket x mask variant (x exact/padded):
     the dK/dV kernel with dQ atomics, the same without them, and the deterministic dQ kernel."""
@@ -75,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--exact-only", action="store_true", help="skip the padded-head-dim variants")
     args = parser.parse_args(argv)
-    configs = [*fwd_variants(args.exact_only), *bwd_variants(args.exact_only)]
+    configs = [*fwd_variants(args.exact_only), *bwd_variants(args.exact_only), *alternative_tile_variants("sm80")]
     if args.arch == "sm_90a":
-        configs += sm90_fwd_variants(args.exact_only)
+        configs += [*sm90_fwd_variants(args.exact_only), *alternative_tile_variants("sm90")]
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         seconds = list(pool.map(_compile_one, configs, itertools.repeat(args.arch)))
