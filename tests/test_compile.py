@@ -38,25 +38,23 @@ VARIANTS = [(config, arch) for arch in ARCHS for config in CONFIGS] + [(c, "sm_9
 IDS = [f"{arch}-{variant_label(config)}" for config, arch in VARIANTS]
 
 # Variants that spill registers to local memory, found by compiling them all (`flashcute check --arch sm_80 sm_90a`
-# prints the same table) at commit 6ab88b2 (the forward ones again after its move to column-strip shared memory),
-# with the reason. Every 4-warp variant already uses all 255 registers a thread can have; how much spills where
-# varies with dtype, mask and target as ptxas schedules differently.
+# prints the same table) at commit 6ab88b2, with the reason. Every 4-warp variant already uses all 255 registers a
+# thread can have; how much spills where varies with dtype, mask and target as ptxas schedules differently.
 _D32 = (
     "128x128 tile, 4 warps: acc_S alone is 128 fp32 registers a thread (128 x 128 / 128 threads) beside acc_O's 32 "
-    "and the Q/K/V fragments: 8-128 bytes of stack. The d32 tile is not swept on the GPU yet (config.py)"
+    "and the Q/K/V fragments: 24-168 bytes of stack. The d32 tile is not swept on the GPU yet (config.py)"
 )
 _D64 = (
     "128x64 tile, 4 warps: acc_O 64 + acc_S 64 registers a thread fit without a window, but the index arithmetic "
-    "of bf16's windows on sm_90a (two-sided and left-only) spills 32-56 bytes"
+    "of the two-sided window (all but fp16 on sm_80) and of bf16's left-only window on sm_90a spills 56-152 bytes"
 )
 _D96 = (
     "128x64 tile, 4 warps: acc_O 96 + acc_S 64 fp32 registers a thread and the fragments sit at the 255-register "
-    "limit: 8-112 bytes of stack on 7 of the 16 variants"
+    "limit: 8-128 bytes of stack on 10 of the 16 variants, on every two-sided window"
 )
 _D128 = (
     "128x64 tile, 4 warps: acc_O 128 + acc_S 64 fp32 registers a thread and the Q/K/V fragments need more than 255: "
-    "24-176 bytes of stack on every d128 variant. The peak is P V, where ptxas keeps the fp32 scores still waiting "
-    "for their exp2, P, the V fragments and all of acc_O live at once. "
+    "32-224 bytes of stack on every d128 variant (the 40 bytes of bf16 on sm_80 up to 224 with padding and a window). "
     "Kept: it is the fastest tile measured on the H200 (config.py: 374 TFLOP/s at 4k against 341 for 128x32)"
 )
 _BWD = (
@@ -108,10 +106,12 @@ KNOWN_SPILLS: dict[str, str] = {
     **dict.fromkeys(
         [
             "sm_80-bfloat16-d32-128x128w4s1-both",
+            "sm_80-bfloat16-d32-128x128w4s1-left",
             "sm_80-bfloat16-d32-128x128w4s1-nomask",
             "sm_80-bfloat16-d32-128x128w4s1-right",
             "sm_80-float16-d32-128x128w4s1-both",
             "sm_80-float16-d32-128x128w4s1-nomask",
+            "sm_80-float16-d32-128x128w4s1-right",
             "sm_90a-bfloat16-d32-128x128w4s1-both",
             "sm_90a-bfloat16-d32-128x128w4s1-left",
             "sm_90a-bfloat16-d32-128x128w4s1-nomask",
@@ -124,8 +124,10 @@ KNOWN_SPILLS: dict[str, str] = {
     ),
     **dict.fromkeys(
         [
+            "sm_80-bfloat16-d64-128x64w4s1-both",
             "sm_90a-bfloat16-d64-128x64w4s1-both",
             "sm_90a-bfloat16-d64-128x64w4s1-left",
+            "sm_90a-float16-d64-128x64w4s1-both",
         ],
         _D64,
     ),
@@ -133,11 +135,14 @@ KNOWN_SPILLS: dict[str, str] = {
         [
             "sm_80-bfloat16-d96-128x64w4s1-both",
             "sm_80-bfloat16-d96-128x64w4s1-nomask",
+            "sm_80-bfloat16-d96-128x64w4s1-right",
+            "sm_80-float16-d96-128x64w4s1-both",
             "sm_90a-bfloat16-d96-128x64w4s1-both",
-            "sm_90a-bfloat16-d96-128x64w4s1-left",
             "sm_90a-bfloat16-d96-128x64w4s1-nomask",
             "sm_90a-float16-d96-128x64w4s1-both",
+            "sm_90a-float16-d96-128x64w4s1-left",
             "sm_90a-float16-d96-128x64w4s1-nomask",
+            "sm_90a-float16-d96-128x64w4s1-right",
         ],
         _D96,
     ),

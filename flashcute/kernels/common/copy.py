@@ -11,7 +11,6 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
 COPY_BITS = 128
-STRIP_COPY_COLUMNS = 4  # threads along a row in one pass of make_gmem_tiled_copy_strips
 
 
 def smem_layout_atom(dtype: type[cutlass.Numeric], head_dim_padded: int) -> cute.ComposedLayout:
@@ -35,36 +34,6 @@ def make_gmem_tiled_copy(
     atom = cute.make_copy_atom(op, dtype, num_bits_per_copy=COPY_BITS)
     threads_per_row = smem_layout_atom(dtype, head_dim_padded).outer.shape[1] // elems
     thread_layout = cute.make_layout((num_threads // threads_per_row, threads_per_row), stride=(threads_per_row, 1))
-    return cute.make_tiled_copy_tv(atom, thread_layout, cute.make_layout((1, elems)))
-
-
-def smem_layout_column_strips(shape: tuple[int, ...]) -> cute.Layout:
-    """A (rows, head_dim[, stages]) tile of 16-bit elements stored as strips of 8 rows x 16 bytes (128 bytes each).
-
-    Strip (r // 8, c // 8) holds rows r..r+7 of columns c..c+7; the strips of one 8-row group follow each other
-    along the head dim. Eight lanes that touch the same 16-byte column of 8 consecutive rows (one 8x8 matrix of an
-    ldmatrix, one 8-lane phase of `make_gmem_tiled_copy_strips`, the accumulator rows of an mma.sync quad group)
-    cover one whole strip, all 32 banks once, so no swizzle is needed. Without the swizzle's XOR, every ldmatrix
-    address of a thread is its first one plus a compile-time offset: one address register per GEMM operand
-    instead of one per 16-column k-step phase.
-    """
-    strip = cute.make_layout((8, 8), stride=(8, 1))
-    return cute.tile_to_shape(strip, shape, (1, 0, *range(2, len(shape))))
-
-
-def make_gmem_tiled_copy_strips(dtype: type[cutlass.Numeric], num_threads: int, is_async: bool) -> cute.TiledCopy:
-    """A tiled copy of 16-byte vectors for tiles in `smem_layout_column_strips`.
-
-    Eight consecutive threads take 8 consecutive rows of one 16-byte column, so each 8-lane phase of a warp
-    reads or writes one whole strip; STRIP_COPY_COLUMNS such columns make a pass of num_threads // 4 rows. A
-    warp covers 8 rows x 64 contiguous bytes of global memory (whole 32-byte sectors), and a thread handles few
-    rows, so it keeps few global row addresses.
-    """
-    elems = COPY_BITS // dtype.width
-    op = cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL) if is_async else cute.nvgpu.CopyUniversalOp()
-    atom = cute.make_copy_atom(op, dtype, num_bits_per_copy=COPY_BITS)
-    columns = STRIP_COPY_COLUMNS
-    thread_layout = cute.make_layout(((8, num_threads // (8 * columns)), columns), stride=((1, 8 * columns), 8))
     return cute.make_tiled_copy_tv(atom, thread_layout, cute.make_layout((1, elems)))
 
 

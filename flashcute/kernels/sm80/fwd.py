@@ -55,9 +55,7 @@ class FlashAttentionForwardSm80:
             return f"block_m={config.block_m} is not a multiple of 16 * num_warps = {16 * config.num_warps}"
         if config.num_stages not in (1, 2):
             return f"num_stages={config.num_stages} is not 1 or 2"
-        return common_limits(
-            config, config.num_threads, config.smem_bytes(), arch, threads_per_row=gcopy.STRIP_COPY_COLUMNS
-        )
+        return common_limits(config, config.num_threads, config.smem_bytes(), arch)
 
     # ---------------------------------------------------------------- host side: layouts, copies, MMA, launch
     @cute.jit
@@ -74,8 +72,9 @@ class FlashAttentionForwardSm80:
         window_right: Int32,
         stream: cuda.CUstream,
     ):
-        sQ_layout = gcopy.smem_layout_column_strips((self.block_m, self.head_dim_padded))
-        sKV_layout = gcopy.smem_layout_column_strips((self.block_n, self.head_dim_padded, self.num_stages))
+        smem_atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
+        sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, self.head_dim_padded), (0, 1))
+        sKV_layout = cute.tile_to_shape(smem_atom, (self.block_n, self.head_dim_padded, self.num_stages), (0, 1, 2))
 
         @cute.struct
         class SharedStorage:
@@ -88,8 +87,8 @@ class FlashAttentionForwardSm80:
             (self.config.num_warps, 1, 1),
             permutation_mnk=(self.config.num_warps * 16, 16, 16),
         )
-        gmem_tiled_copy_QKV = gcopy.make_gmem_tiled_copy_strips(self.dtype, self.num_threads, True)
-        gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy_strips(self.dtype, self.num_threads, False)
+        gmem_tiled_copy_QKV = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True)
+        gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False)
 
         num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
         self.kernel(
@@ -130,8 +129,8 @@ class FlashAttentionForwardSm80:
         window_left: Int32,
         window_right: Int32,
         num_m_blocks: Int32,
-        sQ_layout: cute.Layout,
-        sKV_layout: cute.Layout,
+        sQ_layout: cute.ComposedLayout,
+        sKV_layout: cute.ComposedLayout,
         gmem_tiled_copy_QKV: cute.TiledCopy,
         gmem_tiled_copy_O: cute.TiledCopy,
         tiled_mma: cute.TiledMma,
