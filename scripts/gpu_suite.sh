@@ -16,8 +16,9 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do pytest_args+=("$1"); shift; done
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export FLASHCUTE_CACHE_DIR=${FLASHCUTE_CACHE_DIR:-/tmp/flashcute-cache}
-# A copied tree has no .git: the caller names the commit (FLASHCUTE_GIT_COMMIT=$(git rev-parse HEAD) on its side).
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo "${FLASHCUTE_GIT_COMMIT:-unknown}")
+# A copied tree may have no .git, or a stale one: the caller names the commit (FLASHCUTE_GIT_COMMIT=$(git rev-parse
+# --short HEAD) on its side), and that name wins.
+commit=${FLASHCUTE_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 arch=$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"sm_{m}{n}" + ("a" if m >= 9 else ""))')
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 

@@ -41,11 +41,14 @@ def versions() -> dict[str, str | int | None]:
 def git_commit() -> str | None:
     """HEAD of the flashcute checkout, with "+dirty" if it has uncommitted changes.
 
-    A copy of the tree without its .git (as on a lent GPU host) names its commit in FLASHCUTE_GIT_COMMIT.
+    A copy of the tree (as on a lent GPU host) names its commit in FLASHCUTE_GIT_COMMIT, which wins: the copy may
+    carry no .git, or a stale one.
     """
+    if os.environ.get("FLASHCUTE_GIT_COMMIT"):
+        return os.environ["FLASHCUTE_GIT_COMMIT"]
     commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
     if commit is None:
-        return os.environ.get("FLASHCUTE_GIT_COMMIT")
+        return None
     dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
     return commit + ("+dirty" if dirty else "")
 
