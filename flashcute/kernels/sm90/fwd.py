@@ -253,6 +253,24 @@ class FlashAttentionForwardSm90:
                 mO, mLSE, tma_O, sQ, sK, sV, sO, pipes, tiles, scale_log2, seqlen_q, tiled_mma_qk, tiled_mma_pv
             )
 
+    @cute.jit
+    def walk_tiles(
+        self,
+        num_tiles: Int32,
+        one_tile,
+        q_state: pipeline.PipelineState,
+        kv_state: pipeline.PipelineState,
+    ):
+        """The persistent loop, the same for producer and consumers: this thread block's tiles in the snake order of
+        scheduler.persistent_tile, ``one_tile(tile_idx, q_state, kv_state)`` each, the pipeline states carried."""
+        block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
+        round_idx = Int32(0)
+        tile_idx = block_idx
+        while tile_idx < num_tiles:
+            q_state, kv_state = one_tile(tile_idx, q_state, kv_state)
+            round_idx += 1
+            tile_idx = persistent_tile(block_idx, round_idx, grid_size)
+
     def tile_at(self, tiles: SimpleNamespace, tile_idx: Int32) -> SimpleNamespace:
         """Step 1 for tile number ``tile_idx``: its coordinates and the K/V tiles it visits."""
         m_block, head_idx, batch_idx = tile_coords(
@@ -294,13 +312,7 @@ class FlashAttentionForwardSm90:
         load_one_tile = partial(
             self.load_one_tile, mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipe_q, pipe_k, pipe_v, tiles
         )
-        block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
-        round_idx = Int32(0)
-        tile_idx = block_idx
-        while tile_idx < tiles.num_tiles:
-            q_state, kv_state = load_one_tile(tile_idx, q_state, kv_state)
-            round_idx += 1
-            tile_idx = persistent_tile(block_idx, round_idx, grid_size)
+        self.walk_tiles(tiles.num_tiles, load_one_tile, q_state, kv_state)
 
     @cute.jit
     def load_one_tile(
@@ -449,13 +461,7 @@ class FlashAttentionForwardSm90:
         consume_one_tile = partial(
             self.consume_one_tile, mO, mLSE, tma_O, sO[None, None, wg], mma, pipes, softmax, mask, tiles, seqlen_q, wg
         )
-        block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
-        round_idx = Int32(0)
-        tile_idx = block_idx
-        while tile_idx < tiles.num_tiles:
-            q_state, kv_state = consume_one_tile(tile_idx, q_state, kv_state)
-            round_idx += 1
-            tile_idx = persistent_tile(block_idx, round_idx, grid_size)
+        self.walk_tiles(tiles.num_tiles, consume_one_tile, q_state, kv_state)
 
     @cute.jit
     def consume_one_tile(
