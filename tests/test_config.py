@@ -1,0 +1,60 @@
+"""The kernel configurations the heuristics pick, checked on the CPU against each kernel's can_implement."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashcute.config import HEAD_DIM_BUCKETS, SM90_MAX_SMEM_BYTES, Sm90FwdConfig, sm90_fwd_config
+from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
+from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
+from flashcute.kernels.variants import (
+    ALTERNATIVE_TILES,
+    MASK_VARIANTS,
+    alternative_tile_variants,
+    fwd_variants,
+    sm90_fwd_variants,
+)
+
+
+@pytest.mark.parametrize("config", sm90_fwd_variants() + alternative_tile_variants("sm90"), ids=str)
+def test_every_sm90_config_fits_sm90a(config: Sm90FwdConfig):
+    assert FlashAttentionForwardSm90.can_implement(config, "sm_90a") is None
+    assert config.smem_bytes() <= SM90_MAX_SMEM_BYTES
+    assert config.num_threads == 128 * (1 + config.block_m // 64)
+
+
+@pytest.mark.parametrize("config", fwd_variants() + alternative_tile_variants("sm80"), ids=str)
+def test_every_sm80_config_fits_both_targets(config):
+    for arch in ("sm_80", "sm_90a"):
+        assert FlashAttentionForwardSm80.can_implement(config, arch) is None
+
+
+def test_sm90_kernel_refuses_other_targets_and_bad_tiles():
+    config = sm90_fwd_config(128, "bfloat16")
+    assert "sm_90a" in FlashAttentionForwardSm90.can_implement(config, "sm_80")
+    too_big = sm90_fwd_config(256, "bfloat16", tiles=(128, 128, 2))
+    assert "shared memory" in FlashAttentionForwardSm90.can_implement(too_big, "sm_90a")
+    odd = sm90_fwd_config(128, "bfloat16", tiles=(96, 128, 2))
+    assert "block_m=96" in FlashAttentionForwardSm90.can_implement(odd, "sm_90a")
+    narrow = sm90_fwd_config(128, "bfloat16", tiles=(128, 72, 2))
+    assert "block_n=72" in FlashAttentionForwardSm90.can_implement(narrow, "sm_90a")
+
+
+def test_o_gets_its_own_shared_memory_where_it_fits():
+    aliased = {bucket for bucket in HEAD_DIM_BUCKETS if sm90_fwd_config(bucket, "float16").o_aliases_q}
+    assert aliased == {192, 256}
+
+
+@pytest.mark.parametrize("window", MASK_VARIANTS, ids=str)
+def test_sm90_heuristic_by_mask(window):
+    left, right = window
+    config = sm90_fwd_config(64, "bfloat16", window_left=left, window_right=right)
+    masked = left >= 0 or right >= 0
+    assert (config.block_m, config.block_n) == ((128, 128) if masked else (192, 128))
+    assert (config.mask_right, config.mask_left) == (right >= 0, left >= 0)
+    assert sm90_fwd_config(256, "bfloat16").rescale_o_early and not sm90_fwd_config(128, "bfloat16").rescale_o_early
+
+
+def test_alternative_tiles_are_not_the_heuristics_pick():
+    assert (128, 64, 4, 1) not in ALTERNATIVE_TILES["sm80"]  # the sm80 d96 pick
+    assert (128, 128, 2) not in ALTERNATIVE_TILES["sm90"]  # the sm90 d96 pick
