@@ -49,10 +49,10 @@ def gemm(
     """acc (+)= A B over all k-steps, as one committed wgmma group; then wait until at most ``wait`` groups are
     in flight (-1: do not wait).
 
-    The accumulate flag is set on a private copy of the MMA: set on the caller's object inside a run-time loop or
-    branch, its value would escape that region.
+    The accumulate flag is set on a fresh MMA atom of the same op (one warpgroup's tiled MMA is one atom): set on
+    the caller's object inside a run-time loop or branch, its value would escape that region.
     """
-    mma = tiled_mma.__new_from_mlir_values__(tiled_mma.__extract_mlir_values__())
+    mma = cute.make_mma_atom(tiled_mma.op)
     warpgroup.fence()
     mma.set(warpgroup.Field.ACCUMULATE, not zero_init)
     for k in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
