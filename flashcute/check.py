@@ -1,7 +1,7 @@
 """`flashcute check`: compile every kernel variant for a target, without a GPU, and report what the compiler made
 of each: registers, stack, spill instructions (STL/LDL) and the SASS of the algorithm's steps (HMMA tensor-core
 MMAs, LDGSTS cp.async loads, LDSM ldmatrix reads, MUFU.EX2 exponentials; for the Hopper kernel HGMMA warpgroup MMAs
-and UTMALDG TMA loads)."""
+and UTMALDG TMA loads; the Hopper backward too)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print one row per variant; 1 if any variant failed to compile, else 0 (spills are reported, not failed)."""
     from flashcute.kernels.sass import inspect_variants, variant_label
-    from flashcute.kernels.variants import bwd_variants, fwd_variants, sm90_fwd_variants
+    from flashcute.kernels.variants import bwd_variants, fwd_variants, sm90_bwd_variants, sm90_fwd_variants
 
     def wanted(config) -> bool:
         return args.headdim is None or config.head_dim_padded in args.headdim
@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     configs = [config for config in (*fwd_variants(args.exact_only), *bwd_variants(args.exact_only)) if wanted(config)]
     variants = [(config, arch) for arch in args.arch for config in configs]
     if "sm_90a" in args.arch:  # the Hopper kernel is built for sm_90a only
-        variants += [(config, "sm_90a") for config in sm90_fwd_variants(args.exact_only) if wanted(config)]
+        sm90 = (*sm90_fwd_variants(args.exact_only), *sm90_bwd_variants(args.exact_only))
+        variants += [(config, "sm_90a") for config in sm90 if wanted(config)]
     print(f"compiling {len(variants)} variants with {args.jobs} processes ...", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="flashcute-check-") as tmp:

@@ -283,6 +283,84 @@ def bwd_config(
 
 
 @dataclass(frozen=True)
+class Sm90BwdConfig:
+    """Static configuration of the Hopper backward kernel (kernels/sm90/bwd.py), the default backward on sm_90.
+
+    block_n rows of K/V per thread block, 64 per consumer warpgroup; block_m rows of Q per step, num_stages
+    shared-memory buffers of Q, dO, LSE and D (filled by TMA) and of dS. The dQ GEMM of a step is split between
+    the two consumer warpgroups along its rows when block_m is 128, along the head dim when block_m is 64.
+    """
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    block_n: int
+    num_stages: int
+    mask_right: bool
+    mask_left: bool
+
+    @property
+    def num_mma_warpgroups(self) -> int:
+        return self.block_n // 64
+
+    @property
+    def num_threads(self) -> int:
+        """One producer warpgroup (TMA) and the consumer warpgroups (wgmma)."""
+        return 128 * (1 + self.num_mma_warpgroups)
+
+    @property
+    def dq_split_rows(self) -> bool:
+        """The consumer warpgroups split dQ's rows (True) or its head dim (False)."""
+        return self.block_m == 64 * self.num_mma_warpgroups
+
+    def smem_bytes(self) -> int:
+        """K and V tiles, num_stages Q, dO and dS tiles (2 bytes an element), num_stages LSE and D rows (4 bytes),
+        and one KB for the mbarriers and alignment."""
+        d, stages = self.head_dim_padded, self.num_stages
+        tiles = 2 * (2 * self.block_n * d + stages * (2 * self.block_m * d + self.block_n * self.block_m))
+        return tiles + 2 * 4 * stages * self.block_m + 1024
+
+
+# (block_m, block_n, num_stages) per head-dim bucket for the Hopper backward: FlashAttention-3's H100 shapes for
+# head dims 64 and 128 (64 x 128 tiles for 128 keep dV, dK, S and dP of 64 key rows in a warpgroup's 240
+# registers; at 64 the Q tile can be 128 rows). Other head dims take the sm80 backward.
+_SM90_BWD_TILES: dict[int, tuple[int, int, int]] = {
+    64: (128, 128, 2),
+    128: (64, 128, 2),
+}
+
+
+def sm90_bwd_supports(head_dim: int) -> bool:
+    """Whether the Hopper backward has a configuration for this head dim (else the sm80 backward runs)."""
+    return head_dim_bucket(head_dim) in _SM90_BWD_TILES
+
+
+@functools.cache
+def sm90_bwd_config(
+    head_dim: int,
+    dtype: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    tiles: tuple[int, int, int] | None = None,
+) -> Sm90BwdConfig:
+    """The heuristic for the Hopper backward kernel (window_right = 0 is causal); ``tiles`` overrides
+    (block_m, block_n, num_stages)."""
+    bucket = head_dim_bucket(head_dim)
+    block_m, block_n, num_stages = tiles if tiles is not None else _SM90_BWD_TILES[bucket]
+    return Sm90BwdConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=block_m,
+        block_n=block_n,
+        num_stages=num_stages,
+        mask_right=window_right >= 0,
+        mask_left=window_left >= 0,
+    )
+
+
+@dataclass(frozen=True)
 class DQConfig:
     """Static configuration of the deterministic dQ kernel: one thread block per (block_m, head_dim) tile of dQ,
     walking its K/V tiles in order, num_warps warps stacked along M (the forward's shape of work)."""

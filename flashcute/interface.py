@@ -9,11 +9,12 @@ them traces under ``torch.compile(fullgraph=True)``.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
 from flashcute import compile_cache
-from flashcute.config import bwd_config, dq_config, fwd_config, sm90_fwd_config
+from flashcute.config import bwd_config, dq_config, fwd_config, sm90_bwd_config, sm90_bwd_supports, sm90_fwd_config
 from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs, validate_pointers
 
 KERNELS = ("sm80", "sm90")
@@ -119,32 +120,50 @@ def launch_bwd(
     window_left: int,
     window_right: int,
     deterministic: bool,
+    kernel: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward pass; returns (dq, dk, dv) shaped like q, k, v.
 
     Preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32 atomics into a zeroed
     buffer, then scaled and cast (default), or, deterministic, from the dQ kernel, which adds in a fixed order.
+    ``kernel`` as in launch_fwd: "sm90" (the default on sm_90) runs the Hopper backward at head dims up to 128
+    in the buckets it has (64, 128) unless ``deterministic``; everything else runs the sm80 kernels.
     """
     from flashcute.kernels.build import compile_kernel
 
+    _check_kernel(kernel, q.device)
     if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
         dout = dout.contiguous()
     validate_pointers(q=q, k=k, v=v, dout=dout)
-    delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (batch, nheads, seqlen_q)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     dtype, head_dim, arch = _dtype_name(q), q.shape[-1], device_arch(q.device)
     window = {"window_left": window_left, "window_right": window_right}
 
-    def kernel(config):
+    def compiled(config):
         return compile_cache.get_compiled(arch, config, functools.partial(compile_kernel, config, arch))
 
-    dkv_kernel = kernel(bwd_config(head_dim, dtype, deterministic=deterministic, **window))
+    name = available_kernels(q.device)[0] if kernel == "auto" else kernel
+    if name == "sm90" and not deterministic and sm90_bwd_supports(head_dim):
+        config = sm90_bwd_config(head_dim, dtype, **window)
+        batch, seqlen_q, nheads, _ = q.shape
+        padded = -(-seqlen_q // config.block_m) * config.block_m  # whole Q tiles: the kernel bulk-copies them
+        lse_log2 = torch.full((batch, nheads, padded), math.inf, dtype=torch.float32, device=q.device)
+        lse_log2[..., :seqlen_q] = torch.where(lse == -math.inf, math.inf, lse * math.log2(math.e))
+        delta = torch.zeros((batch, nheads, padded), dtype=torch.float32, device=q.device)
+        delta[..., :seqlen_q] = (dout.float() * out.float()).sum(-1).transpose(1, 2)
+        dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        _run_on_device(q.device, compiled(config), q, k, v, dout, lse_log2, delta, dq_accum, dk, dv, *scalars)
+        return (dq_accum * softmax_scale).to(q.dtype), dk, dv
+
+    delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (batch, nheads, seqlen_q)
+    dkv_kernel = compiled(bwd_config(head_dim, dtype, deterministic=deterministic, **window))
     if deterministic:
         dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         _run_on_device(q.device, dkv_kernel, q, k, v, dout, lse, delta, None, dk, dv, *scalars)
-        _run_on_device(q.device, kernel(dq_config(head_dim, dtype, **window)), q, k, v, dout, lse, delta, dq, *scalars)
+        dq_kernel = compiled(dq_config(head_dim, dtype, **window))
+        _run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars)
         return dq, dk, dv
     dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     _run_on_device(q.device, dkv_kernel, q, k, v, dout, lse, delta, dq_accum, dk, dv, *scalars)
@@ -189,20 +208,23 @@ def _bwd(
     window_left: int,
     window_right: int,
     deterministic: bool,
+    kernel: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return launch_bwd(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, deterministic)
+    return launch_bwd(
+        dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, deterministic, kernel
+    )
 
 
 @_bwd.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, deterministic):
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, deterministic, kernel):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, softmax_scale, diag_offset, window_left, window_right, _, deterministic = inputs
+    q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel, deterministic = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.scalars = (softmax_scale, diag_offset, window_left, window_right, deterministic)
+    ctx.scalars = (softmax_scale, diag_offset, window_left, window_right, deterministic, kernel)
     ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
 
 

@@ -1,4 +1,7 @@
-"""Backward pass on the GPU: dQ, dK, dV against float64 autograd through the spec (design.md's error budget)."""
+"""Backward pass on the GPU: dQ, dK, dV against float64 autograd through the spec (design.md's error budget).
+
+The tests with a ``kernel`` argument run once per kernel: "sm80" (mma.sync) and "sm90" (the Hopper backward at
+head dims 64 and 128, on sm_90 only; other head dims fall back to sm80 kernels)."""
 
 from __future__ import annotations
 
@@ -21,10 +24,18 @@ def grads(fn, q, k, v, dout):
     return q.grad, k.grad, v.grad
 
 
-def check_grads(q, k, v, atol=1e-4, deterministic=False, **options):
+@pytest.fixture(params=["sm80", "sm90"])
+def kernel(request) -> str:
+    if request.param not in flashcute.available_kernels():
+        pytest.skip(f"kernel {request.param} does not run on this GPU")
+    return request.param
+
+
+def check_grads(q, k, v, atol=1e-4, deterministic=False, kernel=None, **options):
     """flashcute's dQ, dK, dV must be within 2x the same-precision PyTorch baseline's error + atol of float64."""
     dout = torch.randn_like(q)
-    ours = grads(lambda *t: flashcute.flash_attn_func(*t, deterministic=deterministic, **options), q, k, v, dout)
+    run = {"deterministic": deterministic, "kernel": kernel}
+    ours = grads(lambda *t: flashcute.flash_attn_func(*t, **run, **options), q, k, v, dout)
     base = grads(lambda *t: attention_same_precision(*t, **options), q, k, v, dout)
     spec = grads(lambda *t: attention_ref(*t, **options), *(t.double() for t in (q, k, v)), dout.double())
     for name, g, b, r in zip(("dq", "dk", "dv"), ours, base, spec, strict=True):
@@ -44,32 +55,48 @@ MASKS = [{}, {"causal": True}, {"causal": True, "causal_align": "top_left"}, {"w
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("seqlens", [(1, 1), (113, 203), (239, 239), (300, 70), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("mask", MASKS, ids=str)
-def test_seqlens_and_masks(dtype, seqlens, mask):
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_seqlens_and_masks(dtype, seqlens, mask, head_dim, kernel):
     seqlen_q, seqlen_k = seqlens
-    q = randn(2, seqlen_q, 3, 64, dtype=dtype)
-    k, v = (randn(2, seqlen_k, 3, 64, dtype=dtype) for _ in "kv")
-    check_grads(q, k, v, **mask)
+    q = randn(2, seqlen_q, 3, head_dim, dtype=dtype)
+    k, v = (randn(2, seqlen_k, 3, head_dim, dtype=dtype) for _ in "kv")
+    check_grads(q, k, v, kernel=kernel, **mask)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 192, 256, 40, 200])
 @pytest.mark.parametrize("causal", [False, True])
-def test_head_dims(dtype, head_dim, causal):
+def test_head_dims(dtype, head_dim, causal, kernel):
     q = randn(1, 257, 2, head_dim, dtype=dtype)
     k, v = (randn(1, 190, 2, head_dim, dtype=dtype) for _ in "kv")
-    check_grads(q, k, v, causal=causal)
+    check_grads(q, k, v, kernel=kernel, causal=causal)
 
 
 @pytest.mark.parametrize("nheads_k", [1, 2])
-def test_gqa_sums_dk_dv_over_the_group(nheads_k):
-    q = randn(2, 200, 8, 64)
-    k, v = (randn(2, 333, nheads_k, 64) for _ in "kv")
-    check_grads(q, k, v, causal=True)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gqa_sums_dk_dv_over_the_group(nheads_k, head_dim, kernel):
+    q = randn(2, 200, 8, head_dim)
+    k, v = (randn(2, 333, nheads_k, head_dim) for _ in "kv")
+    check_grads(q, k, v, kernel=kernel, causal=True)
 
 
-def test_packed_qkv_views():
-    qkv = randn(2, 177, 3, 4, 64)
-    check_grads(*qkv.unbind(dim=2), causal=True)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_packed_qkv_views(head_dim, kernel):
+    qkv = randn(2, 177, 3, 4, head_dim)
+    check_grads(*qkv.unbind(dim=2), kernel=kernel, causal=True)
+
+
+@pytest.mark.parametrize("mask", MASKS, ids=str)
+def test_long_sequences_many_tiles(mask, kernel):
+    q = randn(1, 2111, 2, 128)
+    k, v = (randn(1, 1900, 2, 128) for _ in "kv")
+    check_grads(q, k, v, kernel=kernel, **mask)
+
+
+def test_rows_that_see_no_key_get_zero_gradients(kernel):
+    q = randn(1, 300, 2, 128)  # top-left causal with a window: every key is seen; queries past 40 see none
+    k, v = (randn(1, 40, 2, 128) for _ in "kv")
+    check_grads(q, k, v, kernel=kernel, window_size=(0, 0), causal_align="top_left", causal=True)
 
 
 @pytest.mark.parametrize("mask", MASKS, ids=str)

@@ -17,10 +17,10 @@ import sys
 
 import pytest
 
-from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90FwdConfig
+from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
 from flashcute.kernels.build import ARCHS
 from flashcute.kernels.sass import SassReport, inspect_variants, variant_label
-from flashcute.kernels.variants import bwd_variants, fwd_variants, sm90_fwd_variants
+from flashcute.kernels.variants import bwd_variants, fwd_variants, sm90_bwd_variants, sm90_fwd_variants
 
 pytestmark = pytest.mark.compile
 
@@ -33,6 +33,8 @@ CONFIGS = [
 SM90_CONFIGS = [
     *sm90_fwd_variants(exact_only=True),
     *(c for c in sm90_fwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
+    *sm90_bwd_variants(exact_only=True),
+    *(c for c in sm90_bwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
 ]
 VARIANTS = [(config, arch) for arch in ARCHS for config in CONFIGS] + [(c, "sm_90a") for c in SM90_CONFIGS]
 IDS = [f"{arch}-{variant_label(config)}" for config, arch in VARIANTS]
@@ -202,12 +204,18 @@ def report_of(reports: dict[str, SassReport | Exception], variant_id: str) -> Sa
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
 def test_sass_holds_the_algorithms_instructions(
-    reports, config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig, arch: str
+    reports, config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig, arch: str
 ):
     report = report_of(reports, f"{arch}-{variant_label(config)}")
     assert report.arch == arch  # the cubin is really for the target asked for
     if isinstance(config, Sm90FwdConfig):
         for opcode in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "MUFU.EX2"):
+            assert report.count(opcode) > 0, f"no {opcode} in the SASS"
+        for opcode in ("HMMA", "LDGSTS"):
+            assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
+        return
+    if isinstance(config, Sm90BwdConfig):  # TMA tiles, bulk-copied LSE and D rows, dQ reductions in pairs
+        for opcode in ("HGMMA", "UTMALDG", "UBLKCP", "SYNCS", "USETMAXREG", "MUFU.EX2", "REDG.E.ADD.F32x2"):
             assert report.count(opcode) > 0, f"no {opcode} in the SASS"
         for opcode in ("HMMA", "LDGSTS"):
             assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
@@ -225,7 +233,7 @@ def test_sass_holds_the_algorithms_instructions(
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
 def test_no_register_spills_but_the_known_ones(
-    reports, config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig, arch: str
+    reports, config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig, arch: str
 ):
     variant_id = f"{arch}-{variant_label(config)}"
     report = report_of(reports, variant_id)

@@ -94,3 +94,19 @@ def test_backward_visits_every_q_tile_that_sees_a_kv_tile(p):
         m_min, m_max = info.m_block_range(n_block)
         assert m_min >= 0 and m_max <= -(-p["seqlen_q"] // bm)
         assert needed_tiles(cols, bm) <= set(range(m_min, m_max))
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems)
+def test_backward_masks_every_partial_q_tile(p):
+    info, visible = setup(p)
+    bm, bn = p["block_m"], p["block_n"]
+    for n_block in range(-(-p["seqlen_k"] // bn)):
+        m_min, m_max = info.m_block_range(n_block)
+        if m_max <= m_min:
+            continue
+        free_start, free_end = info.masked_m_runs(n_block, m_min, m_max)
+        assert m_min <= free_start <= free_end <= m_max
+        for m_block in range(free_start, free_end):  # run without any mask: every real row sees every key
+            assert (n_block + 1) * bn <= p["seqlen_k"]
+            assert visible[m_block * bm : (m_block + 1) * bm, n_block * bn : (n_block + 1) * bn].all()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90FwdConfig
+from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
 
 ARCHS = ("sm_80", "sm_90a")
 
@@ -59,6 +59,16 @@ class _SymbolicProblem:
 
         shape, strides = (self.batch, self.nheads, self.seqlen_q), (cute.sym_int64(), cute.sym_int64(), 1)
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
+
+    def padded_row_stats(self):
+        """(batch, nheads, seqlen_q rounded up to a Q tile) float32, 16-byte aligned rows: the Hopper backward's
+        LSE * log2(e) and D, which it reads a tile at a time with bulk copies."""
+        import cutlass
+        import cutlass.cute as cute
+
+        shape = (self.batch, self.nheads, cute.sym_int(divisibility=4))
+        strides = (cute.sym_int64(divisibility=4), cute.sym_int64(divisibility=4), 1)
+        return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=16)
 
 
 def _compile(kernel, config, arch: str, dump_dir: Path | None, *tensors, extra_scalars: tuple = ()):
@@ -108,6 +118,20 @@ def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
     return _compile(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like())
 
 
+def compile_sm90_bwd(config: Sm90BwdConfig, arch: str, dump_dir: Path | None = None):
+    """The Hopper backward: (q, k, v, dout, lse_log2, d, dq_accum, dk, dv, softmax_scale, diag_offset,
+    window_left, window_right); lse_log2 and d padded to whole Q tiles (see kernels/sm90/bwd.py)."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import cutlass
+
+    from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
+
+    p = _SymbolicProblem(config)
+    stats = (p.padded_row_stats(), p.padded_row_stats())
+    tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), *stats, p.q_like(cutlass.Float32))
+    return _compile(FlashAttentionBackwardSm90(config), config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like())
+
+
 def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
     """The deterministic dQ kernel: (q, k, v, dout, lse, d, dq, softmax_scale, diag_offset, window_left,
     window_right)."""
@@ -119,9 +143,15 @@ def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
     return _compile(FlashAttentionBackwardDQSm80(config), config, arch, dump_dir, *tensors)
 
 
-def compile_kernel(config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None):
+def compile_kernel(
+    config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None
+):
     """Compile whichever kernel ``config`` configures."""
-    build = {FwdConfig: compile_fwd, Sm90FwdConfig: compile_fwd, BwdConfig: compile_bwd, DQConfig: compile_dq}[
-        type(config)
-    ]
+    build = {
+        FwdConfig: compile_fwd,
+        Sm90FwdConfig: compile_fwd,
+        BwdConfig: compile_bwd,
+        Sm90BwdConfig: compile_sm90_bwd,
+        DQConfig: compile_dq,
+    }[type(config)]
     return build(config, arch, dump_dir)

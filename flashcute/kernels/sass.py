@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90FwdConfig
+from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
 
 # `/*0a40*/  @!P0 LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64] ;` -> "LDGSTS.E.BYPASS.LTC128B.128"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
@@ -60,17 +60,20 @@ class SassReport:
         return sum(self.opcodes.values())
 
 
-def variant_label(config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig) -> str:
+def variant_label(config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig) -> str:
     """A short name for a config: "bfloat16-d128-128x64w4s1-right" is bf16, head dim 128, block_m x block_n,
     4 warps, 1 K/V stage, causal-like mask; "d128pad" is a head dim padded up to 128; masks: nomask, right, left,
     both. Backward kernels start with "bwd-" (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic
     mode) or "dq-" (the deterministic dQ kernel) and have no stage count. Hopper forward kernels start with
-    "sm90-" and have no warp count (one producer and block_m / 64 consumer warpgroups)."""
+    "sm90-" and have no warp count (one producer and block_m / 64 consumer warpgroups); the Hopper backward
+    starts with "sm90bwd-"."""
     head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
     mask = MASK_NAMES[config.mask_right, config.mask_left]
     if isinstance(config, Sm90FwdConfig):
         early = "-early" if config.rescale_o_early else ""
         return f"sm90-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}{early}-{mask}"
+    if isinstance(config, Sm90BwdConfig):
+        return f"sm90bwd-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}-{mask}"
     tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}"
     prefix = ""
     if isinstance(config, BwdConfig):

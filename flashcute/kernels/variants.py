@@ -20,10 +20,13 @@ from flashcute.config import (
     BwdConfig,
     DQConfig,
     FwdConfig,
+    Sm90BwdConfig,
     Sm90FwdConfig,
     bwd_config,
     dq_config,
     fwd_config,
+    sm90_bwd_config,
+    sm90_bwd_supports,
     sm90_fwd_config,
 )
 
@@ -31,9 +34,9 @@ from flashcute.config import (
 MASK_VARIANTS = ((-1, -1), (-1, 0), (8, 8), (8, -1))
 
 
-def _variants(make_config, exact_only: bool) -> list:
+def _variants(make_config, exact_only: bool, buckets: tuple[int, ...] = HEAD_DIM_BUCKETS) -> list:
     configs = []
-    for dtype, bucket, (left, right) in itertools.product(DTYPES, HEAD_DIM_BUCKETS, MASK_VARIANTS):
+    for dtype, bucket, (left, right) in itertools.product(DTYPES, buckets, MASK_VARIANTS):
         head_dims = (bucket,) if exact_only else (bucket, bucket - 8)
         configs += [make_config(d, dtype, window_left=left, window_right=right) for d in head_dims]
     return configs
@@ -47,6 +50,11 @@ def fwd_variants(exact_only: bool = False) -> list[FwdConfig]:
 def sm90_fwd_variants(exact_only: bool = False) -> list[Sm90FwdConfig]:
     """The Hopper forward kernel's configs, as fwd_variants (built for sm_90a only)."""
     return _variants(sm90_fwd_config, exact_only)
+
+
+def sm90_bwd_variants(exact_only: bool = False) -> list[Sm90BwdConfig]:
+    """The Hopper backward kernel's configs, per dtype x its head-dim buckets x mask variant (x exact/padded)."""
+    return _variants(sm90_bwd_config, exact_only, tuple(b for b in HEAD_DIM_BUCKETS if sm90_bwd_supports(b)))
 
 
 # Tile choices besides the heuristics' that the GPU tests run (tests/test_fwd.py), at head dim 96, bf16: sm80
@@ -81,7 +89,7 @@ def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig]:
     ]
 
 
-def _compile_one(config: FwdConfig | Sm90FwdConfig | BwdConfig | DQConfig, arch: str) -> float:
+def _compile_one(config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig, arch: str) -> float:
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute import compile_cache
     from flashcute.kernels.build import compile_kernel
@@ -99,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configs = [*fwd_variants(args.exact_only), *bwd_variants(args.exact_only), *alternative_tile_variants("sm80")]
     if args.arch == "sm_90a":
-        configs += [*sm90_fwd_variants(args.exact_only), *alternative_tile_variants("sm90")]
+        configs += [
+            *sm90_fwd_variants(args.exact_only),
+            *alternative_tile_variants("sm90"),
+            *sm90_bwd_variants(args.exact_only),
+        ]
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         seconds = list(pool.map(_compile_one, configs, itertools.repeat(args.arch)))

@@ -24,17 +24,24 @@ def store_o(
     rows_left: Int32,
     head_dim: Int32,
     check_head_dim: cutlass.Constexpr[bool],
+    barrier_threads: cutlass.Constexpr[int] = 0,
+    barrier_id: cutlass.Constexpr[int] = 0,
 ):
     """Write the (block_m, head_dim) tile of O; rows ``>= rows_left`` and columns ``>= head_dim`` stay unwritten.
 
-    The caller has synchronised the thread block, so nobody still reads the shared memory under sO.
+    The caller has synchronised the threads that write, so nobody still reads the shared memory under sO. Between
+    the shared-memory writes and reads, the whole thread block meets at a barrier, or with ``barrier_threads`` only
+    that many threads (a warp-specialized kernel's consumers) at named barrier ``barrier_id``.
     """
     rO = cute.make_fragment_like(acc_O, sO.element_type)
     rO.store(acc_O.load().to(sO.element_type))
     smem_copy_atom_O = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), sO.element_type)
     smem_thr_copy_O = cute.make_tiled_copy_C(smem_copy_atom_O, tiled_mma).get_slice(tidx)
     cute.copy(smem_thr_copy_O, smem_thr_copy_O.retile(rO), smem_thr_copy_O.partition_D(sO))
-    cute.arch.sync_threads()
+    if cutlass.const_expr(barrier_threads == 0):
+        cute.arch.sync_threads()
+    else:
+        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=barrier_threads)
 
     gmem_thr_copy_O = gmem_tiled_copy_O.get_slice(tidx)
     tOsO = gmem_thr_copy_O.partition_S(sO)

@@ -56,3 +56,40 @@ class AttentionMask:
                         s[r, c] = -Float32.inf
                 elif col >= hi:
                     s[r, c] = -Float32.inf
+
+
+class TransposedMask:
+    """Masks one (block_n, block_m) tile of S^T (rows are keys, columns are queries), the Hopper backward's layout.
+
+    As in AttentionMask, each thread compares thread 0's compile-time column with a limit computed once per row.
+    Key rows past seqlen_k are masked whole.
+    """
+
+    def __init__(self, tile_info: TileInfo, thr_mma: cute.TiledMma, thr0_mma: cute.TiledMma):
+        self.tile_info = tile_info
+        coords = cute.make_identity_tensor((tile_info.block_n, tile_info.block_m))
+        self.tScS = acc_rows_cols(thr_mma.partition_C(coords))
+        self.t0ScS = acc_rows_cols(thr0_mma.partition_C(coords))
+
+    @cute.jit
+    def apply(self, acc_St: cute.Tensor, m_block: Int32, n_block: Int32):
+        """Mask keys past seqlen_k and queries that do not see a key (causal / window), in place."""
+        info = self.tile_info
+        s = acc_rows_cols(acc_St)
+        col_offset = m_block * info.block_m + self.tScS[0, 0][1]
+        for r in cutlass.range_constexpr(cute.size(s.shape[0])):
+            key = n_block * info.block_n + self.tScS[r, 0][0]
+            # query q sees the key iff key - offset - right <= q <= key - offset + left; as thread-0 columns:
+            lo = Int32(0)
+            if cutlass.const_expr(info.mask_right):
+                lo = key - info.diag_offset - info.window_right - col_offset
+            if key >= info.seqlen_k:
+                lo = Int32(info.block_m)  # past every column: the whole row
+            hi = key - info.diag_offset + info.window_left - col_offset
+            for c in cutlass.range_constexpr(cute.size(s.shape[1])):
+                col = self.t0ScS[0, c][1]
+                if cutlass.const_expr(info.mask_left):
+                    if col < lo or col > hi:
+                        s[r, c] = -Float32.inf
+                elif col < lo:
+                    s[r, c] = -Float32.inf

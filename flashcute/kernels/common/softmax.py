@@ -116,6 +116,31 @@ def recompute_probs(acc_S: cute.Tensor, lse_log2: cute.Tensor, scale_log2: Float
 
 
 @cute.jit
+def recompute_probs_t(acc_St: cute.Tensor, sLSE: cute.Tensor, tScS: cute.Tensor, scale_log2: Float32):
+    """recompute_probs for S^T (rows are keys, columns are queries): P^T = exp2(S^T * scale_log2 - LSE * log2(e)).
+
+    ``sLSE`` is the Q tile's (block_m,) shared-memory slice of LSE * log2(e), +inf for rows past seqlen_q and rows
+    that see no key; ``tScS`` the (row, col) coordinates of the fragment.
+    """
+    s = acc_rows_cols(acc_St)
+    for c in cutlass.range_constexpr(cute.size(s.shape[1])):
+        lse_log2 = sLSE[tScS[0, c][1]]
+        for r in cutlass.range_constexpr(cute.size(s.shape[0])):
+            s[r, c] = cute.math.exp2(s[r, c] * scale_log2 - lse_log2, fastmath=True)
+
+
+@cute.jit
+def softmax_grad_t(acc_Pt: cute.Tensor, acc_dPt: cute.Tensor, sD: cute.Tensor, tScS: cute.Tensor):
+    """softmax_grad for S^T, in place in acc_dPt: dS^T = P^T * (dP^T - D), D per column from the Q tile's
+    (block_m,) shared-memory slice (0 past seqlen_q)."""
+    p_rc, dp_rc = acc_rows_cols(acc_Pt), acc_rows_cols(acc_dPt)
+    for c in cutlass.range_constexpr(cute.size(p_rc.shape[1])):
+        d = sD[tScS[0, c][1]]
+        for r in cutlass.range_constexpr(cute.size(p_rc.shape[0])):
+            dp_rc[r, c] = p_rc[r, c] * (dp_rc[r, c] - d)
+
+
+@cute.jit
 def load_row_stats(
     mLSE: cute.Tensor,
     mD: cute.Tensor,

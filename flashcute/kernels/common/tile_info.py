@@ -89,3 +89,22 @@ class TileInfo:
             first_unmasked = cute.ceil_div(cutlass.max(row_last + self.diag_offset - self.window_left, 0), self.block_n)
             left_end = cutlass.max(n_block_min, cutlass.min(right_start, first_unmasked))
         return left_end, right_start
+
+    def masked_m_runs(self, n_block: Int32, m_block_min: Int32, m_block_max: Int32):
+        """The backward's split of [m_block_min, m_block_max) for K/V tile n_block: [min, free_start) masked,
+        [free_start, free_end) free, [free_end, max) masked. With the seqlen_k tail in this K/V tile every Q tile
+        is masked."""
+        free_start, free_end = m_block_min, m_block_max
+        if cutlass.const_expr(self.mask_right):
+            # Q tile m needs no right mask iff its first row m * block_m sees the tile's last key
+            last_key = (n_block + 1) * self.block_n - 1
+            first_free = cute.ceil_div(cutlass.max(last_key - self.diag_offset - self.window_right, 0), self.block_m)
+            free_start = cutlass.min(cutlass.max(m_block_min, first_free), m_block_max)
+        if cutlass.const_expr(self.mask_left):
+            # Q tile m needs no left mask iff its last row (m + 1) * block_m - 1 sees the tile's first key
+            last_free_row = n_block * self.block_n - self.diag_offset + self.window_left
+            last_free = cutlass.max(last_free_row + 1, 0) // self.block_m
+            free_end = cutlass.max(free_start, cutlass.min(m_block_max, last_free))
+        # the seqlen_k tail: all masked (tail is 1 if this K/V tile holds it, else 0)
+        tail = cutlass.min(cutlass.max((n_block + 1) * self.block_n - self.seqlen_k, 0), 1)
+        return cutlass.max(free_start, tail * m_block_max), cutlass.max(free_end, tail * m_block_max)

@@ -34,6 +34,7 @@ from cutlass.cute.nvgpu import warp
 
 from flashcute.config import BwdConfig
 from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.atomics import add_tile
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_ss
 from flashcute.kernels.common.layout import acc_rows_cols
@@ -503,12 +504,4 @@ class FlashAttentionBackwardSm80:
             acc_dQ.fill(0.0)
             gemm_ss(st.tiled_mma_dq, acc_dQ, frag.rdS, frag.rKt, st.tdQsdS, st.tdQsKt, st.copy_A_dq, st.copy_B_dq)
             gdQ = cute.local_tile(st.mdQaccum[st.batch_idx, None, head_idx, None], tile_q, (m_block, 0))
-            width = self.dq_red_width
-            for e in cutlass.range_constexpr(0, cute.size(acc_dQ), width):
-                coord = st.tdQcdQ[e]  # the first of `width` neighbouring columns (an even one: head_dim % 8 == 0)
-                value = acc_dQ[e]
-                if cutlass.const_expr(width > 1):
-                    value = cute.make_tensor(acc_dQ.iterator + e, cute.make_layout(width)).load().ir_value()
-                if coord[0] < rows_left and coord[1] < st.head_dim:
-                    ptr = gdQ.iterator + cute.crd2idx(coord, gdQ.layout)
-                    cute.arch.red(ptr, value, op="add", dtype=Float32, sem="relaxed", scope="gpu")
+            add_tile(acc_dQ, st.tdQcdQ, gdQ, rows_left, st.head_dim, self.dq_red_width)

@@ -1,0 +1,522 @@
+"""The FlashAttention backward kernel for Hopper (sm_90a): TMA, wgmma and warp specialization.
+
+One thread block owns one (block_n, head_dim) tile of K and V for one (batch, kv head) and walks every query head
+of its GQA group and every Q tile that sees its keys, as the sm80 backward does; dK and dV stay in registers for
+the whole walk and dQ is added across thread blocks with float32 reductions into a zeroed buffer that a
+postprocess scales and casts. The steps of one Q tile run transposed, with the keys as rows, so that every
+operand the dV and dK GEMMs need as "A" is already in registers:
+
+    S^T  = K Q^T         (wgmma, both from shared memory)
+    dP^T = V dO^T        (wgmma, both from shared memory)
+    P^T  = exp2(S^T * scale_log2 - LSE * log2 e)           per column (query) LSE
+    dS^T = P^T * (dP^T - D)                                per column D = rowsum(dO * O)
+    dV  += P^T dO        (wgmma, P^T from registers, dO^T a transposed view of the dO tile)
+    dK  += dS^T Q        (wgmma, dS^T from registers)
+    dQ   = dS K          (wgmma from shared memory: dS^T is written there once, read through a transposed view)
+
+Warpgroup 0 is the producer: one warp loads K and V once, then Q with its LSE and dO with its D for every Q tile
+into a ring of num_stages buffers guarded by mbarriers (TMA for the tiles, bulk copies for the two rows of
+statistics). Warpgroups 1 and 2 are consumers, 64 key rows each. The host passes LSE * log2(e) and D padded to
+whole Q tiles (+inf and 0 past seqlen_q, +inf where a row saw no key), so the recomputed P is 0 on every row that
+must not contribute. K/V rows past seqlen_k load as zeros and are masked, so no NaN reaches dQ.
+"""
+
+from functools import partial
+from types import SimpleNamespace
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Float32, Int32
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+
+from flashcute.config import DTYPES, Sm90BwdConfig
+from flashcute.kernels.common import tma
+from flashcute.kernels.common.atomics import add_tile
+from flashcute.kernels.common.copy import make_gmem_tiled_copy
+from flashcute.kernels.common.epilogue import store_o
+from flashcute.kernels.common.mask import TransposedMask
+from flashcute.kernels.common.softmax import LOG2_E, recompute_probs_t, softmax_grad_t
+from flashcute.kernels.common.tile_info import TileInfo
+from flashcute.kernels.common.wgmma import gemm, store_probs, transpose_view
+from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
+from flashcute.kernels.sm80.limits import MAX_SMEM_BYTES
+
+PRODUCER_REGS = 24
+CONSUMER_REGS = 240
+# Named barriers (0 is __syncthreads), among the 256 consumer threads: dS of a step is in shared memory; the
+# epilogue's shared-memory staging of dK and dV.
+DS_BARRIER = 1
+EPILOGUE_BARRIER = 2
+CONSUMER_THREADS = 256
+
+
+def _tiled_mma(dtype, a_major, b_major, atoms_mn: tuple[int, int], atom_n: int, a_in_registers: bool = False):
+    """A tiled wgmma over the two consumer warpgroups: ``atoms_mn`` warpgroups along (M, N), each 64 x atom_n."""
+    return sm90_utils.make_trivial_tiled_mma(
+        dtype,
+        dtype,
+        a_major,
+        b_major,
+        Float32,
+        (*atoms_mn, 1),
+        (64, atom_n),
+        warpgroup.OperandSource.RMEM if a_in_registers else warpgroup.OperandSource.SMEM,
+    )
+
+
+class FlashAttentionBackwardSm90:
+    """dK, dV (and dQ through reductions) on Hopper. Construct from a Sm90BwdConfig; compile for sm_90a."""
+
+    def __init__(self, config: Sm90BwdConfig):
+        self.config = config
+        self.dtype = CUTLASS_DTYPES[config.dtype]
+        self.block_m = config.block_m
+        self.block_n = config.block_n
+        self.head_dim_padded = config.head_dim_padded
+        self.num_stages = config.num_stages
+
+    @staticmethod
+    def can_implement(config: Sm90BwdConfig, arch: str) -> str | None:
+        """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
+        if arch != "sm_90a":
+            return f"the sm90 backward needs TMA and wgmma: target sm_90a, not {arch}"
+        if config.dtype not in DTYPES:
+            return f"dtype {config.dtype!r} is not one of {DTYPES}"
+        if config.block_n != 128:
+            return f"block_n={config.block_n} is not 128 (two consumer warpgroups of 64 key rows)"
+        if config.block_m not in (64, 128):
+            return f"block_m={config.block_m} is not 64 or 128"
+        if not config.dq_split_rows and config.head_dim_padded % 128 != 0:
+            return (
+                f"block_m=64 splits dQ's head dim between two warpgroups in 64-column swizzle atoms: "
+                f"head_dim_padded={config.head_dim_padded} is not a multiple of 128"
+            )
+        if config.head_dim_padded not in (64, 128):
+            return f"head_dim_padded={config.head_dim_padded} is not 64 or 128 (the register budget of dK and dV)"
+        if config.num_stages < 2:
+            # a warpgroup may write step t + 1's dS while the other still reads step t's
+            return f"num_stages={config.num_stages} is below 2 (dS needs two buffers)"
+        if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
+            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {MAX_SMEM_BYTES[arch]}"
+        return None
+
+    # ---------------------------------------------------------------- host side: layouts, tensor maps, launch
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
+        mV: cute.Tensor,
+        mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mLSE: cute.Tensor,  # (batch, nheads, seqlen_q rounded up to block_m) float32: LSE * log2(e), padded
+        mD: cute.Tensor,  # (batch, nheads, seqlen_q rounded up to block_m) float32: rowsum(dO * O), padded
+        mdQaccum: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim) float32, zeroed
+        mdK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
+        mdV: cute.Tensor,
+        softmax_scale: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        stream: cuda.CUstream,
+    ):
+        d, bm, bn, stages = self.head_dim_padded, self.block_m, self.block_n, self.num_stages
+        sQ_layout = tma.smem_layout(self.dtype, bm, d, stages)  # also dO's
+        sKV_layout = tma.smem_layout(self.dtype, bn, d, 1)
+        sdS_layout = tma.smem_layout(self.dtype, bn, bm, stages)  # dS^T: key rows, query columns contiguous
+        sLSE_layout = cute.make_layout((bm, stages))  # also D's
+
+        mQ_t, mK_t, mV_t, mdO_t = (tma.bshd_to_sdhb(t) for t in (mQ, mK, mV, mdO))
+        load = cpasync.CopyBulkTensorTileG2SOp()
+        tma_Q, tQ = tma.make_tma(load, mQ_t, sQ_layout, bm, d)
+        tma_dO, tdO = tma.make_tma(load, mdO_t, sQ_layout, bm, d)
+        tma_K, tK = tma.make_tma(load, mK_t, sKV_layout, bn, d)
+        tma_V, tV = tma.make_tma(load, mV_t, sKV_layout, bn, d)
+        self.tx_bytes_q = tma.tx_bytes(self.dtype, sQ_layout) + bm * 4  # a Q (or dO) tile and its LSE (or D) row
+        self.tx_bytes_kv = 2 * tma.tx_bytes(self.dtype, sKV_layout)
+
+        K, MN = OperandMajorMode.K, OperandMajorMode.MN
+        mmas = SimpleNamespace(
+            # S^T and dP^T: (block_n, block_m), a warpgroup's 64 key rows each
+            sdp=_tiled_mma(self.dtype, K, K, (2, 1), bm),
+            # dV and dK: (block_n, head_dim), A = P^T or dS^T from registers, B = dO^T or Q^T (N-major views)
+            dkv=_tiled_mma(self.dtype, K, MN, (2, 1), d, a_in_registers=True),
+            # dQ: (block_m, head_dim), A = dS (a transposed view of dS^T), B = K^T (a transposed view of K)
+            dq=_tiled_mma(self.dtype, MN, MN, (2, 1), d)
+            if cutlass.const_expr(self.config.dq_split_rows)
+            else _tiled_mma(self.dtype, MN, MN, (1, 2), d // 2),
+        )
+
+        @cute.struct
+        class SharedStorage:
+            mbar_kv: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2 * stages]
+            mbar_do: cute.struct.MemRange[cutlass.Int64, 2 * stages]
+            sLSE: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sLSE_layout)], 128]
+            sD: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sLSE_layout)], 128]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdS_layout)], 1024]
+
+        assert SharedStorage.size_in_bytes() <= self.config.smem_bytes(), "Sm90BwdConfig.smem_bytes undercounts"
+
+        num_n_blocks = cute.ceil_div(mK.shape[1], bn)
+        self.kernel(
+            tQ,
+            tK,
+            tV,
+            tdO,
+            mLSE,
+            mD,
+            mdQaccum,
+            mdK,
+            mdV,
+            tma_Q,
+            tma_K,
+            tma_V,
+            tma_dO,
+            softmax_scale,
+            diag_offset,
+            window_left,
+            window_right,
+            num_n_blocks,
+            mQ.shape[1],
+            mK.shape[1],
+            mQ.shape[3],
+            sQ_layout,
+            sKV_layout,
+            sdS_layout,
+            sLSE_layout,
+            mmas.sdp,
+            mmas.dkv,
+            mmas.dq,
+            SharedStorage,
+        ).launch(
+            grid=[num_n_blocks * mK.shape[2] * mK.shape[0], 1, 1],
+            block=[self.config.num_threads, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=1,
+        )
+
+    # ---------------------------------------------------------------- device side
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,  # TMA coordinate tensors, (seqlen, head_dim, heads, batch)
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mdO: cute.Tensor,
+        mLSE: cute.Tensor,
+        mD: cute.Tensor,
+        mdQaccum: cute.Tensor,
+        mdK: cute.Tensor,
+        mdV: cute.Tensor,
+        tma_Q: cute.CopyAtom,
+        tma_K: cute.CopyAtom,
+        tma_V: cute.CopyAtom,
+        tma_dO: cute.CopyAtom,
+        softmax_scale: Float32,
+        diag_offset: Int32,
+        window_left: Int32,
+        window_right: Int32,
+        num_n_blocks: Int32,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        head_dim: Int32,
+        sQ_layout: cute.ComposedLayout,
+        sKV_layout: cute.ComposedLayout,
+        sdS_layout: cute.ComposedLayout,
+        sLSE_layout: cute.Layout,
+        tiled_mma_sdp: cute.TiledMma,
+        tiled_mma_dkv: cute.TiledMma,
+        tiled_mma_dq: cute.TiledMma,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        cfg = self.config
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            for atom in (tma_Q, tma_K, tma_V, tma_dO):
+                cpasync.prefetch_descriptor(atom)
+
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_THREADS // 32)  # one arrive a warp
+        make_pipeline = partial(
+            pipeline.PipelineTmaAsync.create, producer_group=producer, consumer_group=consumers, defer_sync=True
+        )
+        pipes = SimpleNamespace(
+            kv=make_pipeline(num_stages=1, tx_count=self.tx_bytes_kv, barrier_storage=storage.mbar_kv.data_ptr()),
+            q=make_pipeline(
+                num_stages=self.num_stages, tx_count=self.tx_bytes_q, barrier_storage=storage.mbar_q.data_ptr()
+            ),
+            do=make_pipeline(
+                num_stages=self.num_stages, tx_count=self.tx_bytes_q, barrier_storage=storage.mbar_do.data_ptr()
+            ),
+        )
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+
+        smem = SimpleNamespace(
+            sQ=storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner),  # (block_m, D, stage)
+            sdO=storage.sdO.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner),
+            sK=storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner),  # (block_n, D, 1)
+            sV=storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner),
+            sdS=storage.sdS.get_tensor(sdS_layout.outer, swizzle=sdS_layout.inner),  # (block_n, block_m, stage)
+            sLSE=storage.sLSE.get_tensor(sLSE_layout),  # (block_m, stage)
+            sD=storage.sD.get_tensor(sLSE_layout),
+        )
+
+        # ---- step 1: our K/V tile, and the (query head, Q tile) pairs that see it
+        bidx, _, _ = cute.arch.block_idx()
+        nheads_k = mK.shape[2]
+        tile_info = TileInfo(
+            self.block_m,
+            self.block_n,
+            cfg.mask_right,
+            cfg.mask_left,
+            seqlen_q,
+            seqlen_k,
+            diag_offset,
+            window_left,
+            window_right,
+        )
+        n_block = bidx % num_n_blocks
+        m_block_min, m_block_max = tile_info.m_block_range(n_block)
+        kv_head_idx = (bidx // num_n_blocks) % nheads_k
+        qheads_per_kvhead = mQ.shape[2] // nheads_k
+        work = SimpleNamespace(
+            n_block=n_block,
+            kv_head_idx=kv_head_idx,
+            batch_idx=bidx // num_n_blocks // nheads_k,
+            first_head_idx=kv_head_idx * qheads_per_kvhead,
+            qheads_per_kvhead=qheads_per_kvhead,
+            m_block_min=m_block_min,
+            m_block_max=m_block_max,
+            num_m_blocks=m_block_max - m_block_min,
+        )
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+            if warp_idx == 0:
+                self.load(mQ, mK, mV, mdO, mLSE, mD, smem, tma_Q, tma_K, tma_V, tma_dO, pipes, work)
+        else:
+            cute.arch.setmaxregister_increase(CONSUMER_REGS)
+            self.consume(
+                mdQaccum,
+                mdK,
+                mdV,
+                smem,
+                pipes,
+                work,
+                tile_info,
+                softmax_scale,
+                seqlen_q,
+                seqlen_k,
+                head_dim,
+                tiled_mma_sdp,
+                tiled_mma_dkv,
+                tiled_mma_dq,
+            )
+
+    # ---------------------------------------------------------------- step 2: the producer warp
+    @cute.jit
+    def load(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mdO: cute.Tensor,
+        mLSE: cute.Tensor,
+        mD: cute.Tensor,
+        smem: SimpleNamespace,
+        tma_Q: cute.CopyAtom,
+        tma_K: cute.CopyAtom,
+        tma_V: cute.CopyAtom,
+        tma_dO: cute.CopyAtom,
+        pipes: SimpleNamespace,
+        work: SimpleNamespace,
+    ):
+        """K and V once; then per (query head, Q tile): Q with its LSE row, dO with its D row."""
+        d = self.head_dim_padded
+        pipe_kv, pipe_q, pipe_do = pipes.kv, pipes.q, pipes.do
+        num_tiles = work.qheads_per_kvhead * work.num_m_blocks
+        if num_tiles > 0:
+            kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            kv_slice = (None, None, work.kv_head_idx, work.batch_idx)
+            tKsK, tKgK = tma.partition_tiles(tma_K, smem.sK, mK[kv_slice], self.block_n, d)
+            tVsV, tVgV = tma.partition_tiles(tma_V, smem.sV, mV[kv_slice], self.block_n, d)
+            pipe_kv.producer_acquire(kv_state)
+            barrier = pipe_kv.producer_get_barrier(kv_state)
+            cute.copy(tma_K, tKgK[None, work.n_block], tKsK[None, 0], tma_bar_ptr=barrier)
+            cute.copy(tma_V, tVgV[None, work.n_block], tVsV[None, 0], tma_bar_ptr=barrier)
+        bulk = cute.make_copy_atom(cpasync.CopyBulkG2SOp(), Float32)
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        for t in cutlass.range(num_tiles, unroll=1):
+            head_idx = work.first_head_idx + t // work.num_m_blocks
+            m_block = work.m_block_min + t % work.num_m_blocks
+            q_slice = (None, None, head_idx, work.batch_idx)
+            for pipe, tma_atom, mX, sX, mStat, sStat in (
+                (pipe_q, tma_Q, mQ, smem.sQ, mLSE, smem.sLSE),
+                (pipe_do, tma_dO, mdO, smem.sdO, mD, smem.sD),
+            ):
+                tXsX, tXgX = tma.partition_tiles(tma_atom, sX, mX[q_slice], self.block_m, d)
+                gStat = cute.local_tile(mStat[work.batch_idx, head_idx, None], (self.block_m,), (m_block,))
+                pipe.producer_acquire(state)
+                barrier = pipe.producer_get_barrier(state)
+                cute.copy(tma_atom, tXgX[None, m_block], tXsX[None, state.index], tma_bar_ptr=barrier)
+                with cute.arch.elect_one():
+                    cute.copy(bulk, gStat, sStat[None, state.index], mbar_ptr=barrier)
+            state.advance()
+
+    # ---------------------------------------------------------------- steps 3 to 7: the consumer warpgroups
+    @cute.jit
+    def consume(
+        self,
+        mdQaccum: cute.Tensor,
+        mdK: cute.Tensor,
+        mdV: cute.Tensor,
+        smem: SimpleNamespace,
+        pipes: SimpleNamespace,
+        work: SimpleNamespace,
+        tile_info: TileInfo,
+        softmax_scale: Float32,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        head_dim: Int32,
+        tiled_mma_sdp: cute.TiledMma,
+        tiled_mma_dkv: cute.TiledMma,
+        tiled_mma_dq: cute.TiledMma,
+    ):
+        """Every (query head, Q tile) of the walk against this thread block's K/V tile, then dK and dV out."""
+        d, bm, bn = self.head_dim_padded, self.block_m, self.block_n
+        tidx = cute.arch.thread_idx()[0] - 128  # 0 .. 255 over the two consumer warpgroups
+        thr_sdp = tiled_mma_sdp.get_slice(tidx)
+        thr_dkv = tiled_mma_dkv.get_slice(tidx)
+        thr_dq = tiled_mma_dq.get_slice(tidx)
+        sQt, sdOt, sKt = (transpose_view(s) for s in (smem.sQ, smem.sdO, smem.sK))  # (D, rows, stage)
+        sdS = transpose_view(smem.sdS)  # dS: (block_m, block_n, stage)
+        store_dS = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype), tiled_mma_sdp)
+        store_dS = store_dS.get_slice(tidx)
+        mma = SimpleNamespace(
+            tiled_mma_sdp=tiled_mma_sdp,
+            tiled_mma_dkv=tiled_mma_dkv,
+            tiled_mma_dq=tiled_mma_dq,
+            thr_sdp=thr_sdp,
+            thr_dq=thr_dq,
+            # shared-memory descriptors of every GEMM operand (stage mode last) and the register A operands
+            tSrK=thr_sdp.make_fragment_A(thr_sdp.partition_A(smem.sK))[None, None, None, 0],
+            tSrQ=thr_sdp.make_fragment_B(thr_sdp.partition_B(smem.sQ)),
+            tdPrV=thr_sdp.make_fragment_A(thr_sdp.partition_A(smem.sV))[None, None, None, 0],
+            tdPrdO=thr_sdp.make_fragment_B(thr_sdp.partition_B(smem.sdO)),
+            tdVrP=thr_dkv.make_fragment_A(thr_dkv.partition_shape_A((bn, bm))),
+            tdKrdS=thr_dkv.make_fragment_A(thr_dkv.partition_shape_A((bn, bm))),
+            tdVrdOt=thr_dkv.make_fragment_B(thr_dkv.partition_B(sdOt)),
+            tdKrQt=thr_dkv.make_fragment_B(thr_dkv.partition_B(sQt)),
+            tdQrdS=thr_dq.make_fragment_A(thr_dq.partition_A(sdS)),
+            tdQrKt=thr_dq.make_fragment_B(thr_dq.partition_B(sKt))[None, None, None, 0],
+            acc_dK=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((bn, d))),
+            acc_dV=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((bn, d))),
+            store_dS=store_dS,
+            tdSsdS=store_dS.partition_D(smem.sdS),
+            # (row, col) of every dQ element
+            tdQcdQ=thr_dq.partition_C(cute.make_identity_tensor((bm, d))),
+        )
+        mma.acc_dK.fill(0.0)
+        mma.acc_dV.fill(0.0)
+        mask = TransposedMask(tile_info, thr_sdp, tiled_mma_sdp.get_slice(0))  # also (key, query) of S^T elements
+
+        num_tiles = work.qheads_per_kvhead * work.num_m_blocks
+        if num_tiles > 0:
+            pipes.kv.consumer_wait(pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1))
+        free_start, free_end = tile_info.masked_m_runs(work.n_block, work.m_block_min, work.m_block_max)
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+        scale_log2 = softmax_scale * LOG2_E
+        step = partial(self.one_q_tile, mdQaccum, smem, pipes, mma, mask, work, scale_log2, seqlen_q, head_dim)
+        for h in cutlass.range(work.qheads_per_kvhead, unroll=1):
+            head_idx = work.first_head_idx + h
+            for m_block in cutlass.range(work.m_block_min, free_start, unroll=1):
+                state = step(state, head_idx, m_block, True)
+            for m_block in cutlass.range(free_start, free_end, unroll=1):
+                state = step(state, head_idx, m_block, False)
+            for m_block in cutlass.range(free_end, work.m_block_max, unroll=1):
+                state = step(state, head_idx, m_block, True)
+
+        # ---- step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes)
+        mma.acc_dK.store(mma.acc_dK.load() * softmax_scale)
+        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=CONSUMER_THREADS)  # done reading sK, sV
+        kv_slice = (work.batch_idx, None, work.kv_head_idx, None)
+        rows_left = seqlen_k - work.n_block * bn
+        gmem_store = make_gmem_tiled_copy(self.dtype, d, CONSUMER_THREADS, False)
+        for acc, sX, mX in ((mma.acc_dK, smem.sK, mdK), (mma.acc_dV, smem.sV, mdV)):
+            gX = cute.local_tile(mX[kv_slice], (bn, d), (work.n_block, 0))
+            store_o(
+                acc,
+                sX[None, None, 0],
+                gX,
+                tiled_mma_dkv,
+                gmem_store,
+                tidx,
+                rows_left,
+                head_dim,
+                not self.config.exact_head_dim,
+                CONSUMER_THREADS,
+                EPILOGUE_BARRIER,
+            )
+
+    @cute.jit
+    def one_q_tile(
+        self,
+        mdQaccum: cute.Tensor,
+        smem: SimpleNamespace,
+        pipes: SimpleNamespace,
+        mma: SimpleNamespace,
+        mask: TransposedMask,
+        work: SimpleNamespace,
+        scale_log2: Float32,
+        seqlen_q: Int32,
+        head_dim: Int32,
+        state: pipeline.PipelineState,
+        head_idx: Int32,
+        m_block: Int32,
+        masked: cutlass.Constexpr[bool],
+    ) -> pipeline.PipelineState:
+        """Steps 3 to 6 for one Q tile of one query head; returns the advanced pipeline state."""
+        bm, bn, d = self.block_m, self.block_n, self.head_dim_padded
+        stage = state.index
+        # step 3: S^T = K Q^T, then dP^T = V dO^T, both in flight while softmax waits for S^T
+        acc_S = mma.thr_sdp.make_fragment_C(mma.thr_sdp.partition_shape_C((bn, bm)))
+        acc_dP = mma.thr_sdp.make_fragment_C(mma.thr_sdp.partition_shape_C((bn, bm)))
+        pipes.q.consumer_wait(state)
+        gemm(mma.tiled_mma_sdp, acc_S, mma.tSrK, mma.tSrQ[None, None, None, stage], True, -1)
+        pipes.do.consumer_wait(state)
+        gemm(mma.tiled_mma_sdp, acc_dP, mma.tdPrV, mma.tdPrdO[None, None, None, stage], True, 1)
+        # steps 4 and 5: mask, P^T = exp2(S^T * scale_log2 - LSE log2 e)
+        if cutlass.const_expr(masked):
+            mask.apply(acc_S, m_block, work.n_block)
+        recompute_probs_t(acc_S, smem.sLSE[None, stage], mask.tScS, scale_log2)
+        warpgroup.wait_group(0)
+        softmax_grad_t(acc_S, acc_dP, smem.sD[None, stage], mask.tScS)  # acc_dP becomes dS^T
+        # step 6: dV += P^T dO and dK += dS^T Q from registers; dS^T to shared memory for dQ = dS K
+        store_probs(acc_S, mma.tdVrP)
+        store_probs(acc_dP, mma.tdKrdS)
+        gemm(mma.tiled_mma_dkv, mma.acc_dV, mma.tdVrP, mma.tdVrdOt[None, None, None, stage], False, -1)
+        gemm(mma.tiled_mma_dkv, mma.acc_dK, mma.tdKrdS, mma.tdKrQt[None, None, None, stage], False, -1)
+        rdS = cute.make_tensor(mma.tdKrdS.iterator, acc_dP.layout)
+        cute.copy(mma.store_dS, mma.store_dS.retile(rdS), mma.tdSsdS[None, None, None, stage])
+        cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to wgmma
+        cute.arch.barrier(barrier_id=DS_BARRIER, number_of_threads=CONSUMER_THREADS)  # both halves of dS^T
+        acc_dQ = mma.thr_dq.make_fragment_C(mma.thr_dq.partition_shape_C((bm, d)))
+        gemm(mma.tiled_mma_dq, acc_dQ, mma.tdQrdS[None, None, None, stage], mma.tdQrKt, True, -1)
+        warpgroup.wait_group(2)  # dV is done with dO
+        pipes.do.consumer_release(state)
+        warpgroup.wait_group(1)  # dK is done with Q
+        pipes.q.consumer_release(state)
+        warpgroup.wait_group(0)
+        gdQ = cute.local_tile(mdQaccum[work.batch_idx, None, head_idx, None], (bm, d), (m_block, 0))
+        add_tile(acc_dQ, mma.tdQcdQ, gdQ, seqlen_q - m_block * bm, head_dim, 2)
+        state.advance()
+        return state
