@@ -315,11 +315,11 @@ class Sm90BwdConfig:
         return self.block_m == 64 * self.num_mma_warpgroups
 
     def smem_bytes(self) -> int:
-        """K and V tiles, num_stages Q, dO and dS tiles (2 bytes an element), num_stages LSE and D rows (4 bytes),
-        and one KB for the mbarriers and alignment."""
+        """K and V tiles, num_stages Q, dO and dS tiles (2 bytes an element), num_stages LSE and D rows and a dQ
+        tile (4 bytes an element), and one KB for the mbarriers and alignment."""
         d, stages = self.head_dim_padded, self.num_stages
         tiles = 2 * (2 * self.block_n * d + stages * (2 * self.block_m * d + self.block_n * self.block_m))
-        return tiles + 2 * 4 * stages * self.block_m + 1024
+        return tiles + 4 * (2 * stages * self.block_m + self.block_m * d) + 1024
 
 
 # (block_m, block_n, num_stages) per head-dim bucket for the Hopper backward: FlashAttention-3's H100 shapes for

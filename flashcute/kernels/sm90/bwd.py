@@ -14,6 +14,10 @@ operand the dV and dK GEMMs need as "A" is already in registers:
     dK  += dS^T Q        (wgmma, dS^T from registers)
     dQ   = dS K          (wgmma from shared memory: dS^T is written there once, read through a transposed view)
 
+dQ of a step goes registers -> shared memory (float32) -> global memory with a TMA reduce-add
+(cp.reduce.async.bulk.tensor), which adds a whole tile at L2 and clips rows past seqlen_q and columns past the
+head dim, so the consumers issue no per-element atomics.
+
 Warpgroup 0 is the producer: one warp loads K and V once, then Q with its LSE and dO with its D for every Q tile
 into a ring of num_stages buffers guarded by mbarriers (TMA for the tiles, bulk copies for the two rows of
 statistics). Warpgroups 1 and 2 are consumers, 64 key rows each. The host passes LSE * log2(e) and D padded to
@@ -34,7 +38,6 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
 from flashcute.config import DTYPES, Sm90BwdConfig
 from flashcute.kernels.common import tma
-from flashcute.kernels.common.atomics import add_tile
 from flashcute.kernels.common.copy import make_gmem_tiled_copy
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.mask import TransposedMask
@@ -46,10 +49,11 @@ from flashcute.kernels.sm80.limits import MAX_SMEM_BYTES
 
 PRODUCER_REGS = 24
 CONSUMER_REGS = 240
-# Named barriers (0 is __syncthreads), among the 256 consumer threads: dS of a step is in shared memory; the
-# epilogue's shared-memory staging of dK and dV.
+# Named barriers (0 is __syncthreads): among the 256 consumer threads, dS of a step is in shared memory, and the
+# epilogue's shared-memory staging of dK and dV; per consumer warpgroup, its dQ tile in shared memory.
 DS_BARRIER = 1
 EPILOGUE_BARRIER = 2
+DQ_BARRIER = 3
 CONSUMER_THREADS = 256
 
 
@@ -68,7 +72,7 @@ def _tiled_mma(dtype, a_major, b_major, atoms_mn: tuple[int, int], atom_n: int, 
 
 
 class FlashAttentionBackwardSm90:
-    """dK, dV (and dQ through reductions) on Hopper. Construct from a Sm90BwdConfig; compile for sm_90a."""
+    """dK, dV (and dQ through TMA reduce-adds) on Hopper. Construct from a Sm90BwdConfig; compile for sm_90a."""
 
     def __init__(self, config: Sm90BwdConfig):
         self.config = config
@@ -77,6 +81,8 @@ class FlashAttentionBackwardSm90:
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
         self.num_stages = config.num_stages
+        # columns of the dQ tile one consumer warpgroup adds
+        self.dq_cols = config.head_dim_padded if config.dq_split_rows else config.head_dim_padded // 2
 
     @staticmethod
     def can_implement(config: Sm90BwdConfig, arch: str) -> str | None:
@@ -127,6 +133,8 @@ class FlashAttentionBackwardSm90:
         sKV_layout = tma.smem_layout(self.dtype, bn, d, 1)
         sdS_layout = tma.smem_layout(self.dtype, bn, bm, stages)  # dS^T: key rows, query columns contiguous
         sLSE_layout = cute.make_layout((bm, stages))  # also D's
+        # each consumer warpgroup's (64, dq_cols) part of the dQ tile, float32
+        sdQ_layout = tma.smem_layout(Float32, 64, self.dq_cols, 2)
 
         mQ_t, mK_t, mV_t, mdO_t = (tma.bshd_to_sdhb(t) for t in (mQ, mK, mV, mdO))
         load = cpasync.CopyBulkTensorTileG2SOp()
@@ -134,6 +142,8 @@ class FlashAttentionBackwardSm90:
         tma_dO, tdO = tma.make_tma(load, mdO_t, sQ_layout, bm, d)
         tma_K, tK = tma.make_tma(load, mK_t, sKV_layout, bn, d)
         tma_V, tV = tma.make_tma(load, mV_t, sKV_layout, bn, d)
+        reduce_add = cpasync.CopyReduceBulkTensorTileS2GOp()
+        tma_dQ, tdQ = tma.make_tma(reduce_add, tma.bshd_to_sdhb(mdQaccum), sdQ_layout, 64, self.dq_cols)
         self.tx_bytes_q = tma.tx_bytes(self.dtype, sQ_layout) + bm * 4  # a Q (or dO) tile and its LSE (or D) row
         self.tx_bytes_kv = 2 * tma.tx_bytes(self.dtype, sKV_layout)
 
@@ -161,6 +171,7 @@ class FlashAttentionBackwardSm90:
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdS_layout)], 1024]
+            sdQ: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sdQ_layout)], 1024]
 
         assert SharedStorage.size_in_bytes() <= self.config.smem_bytes(), "Sm90BwdConfig.smem_bytes undercounts"
 
@@ -172,13 +183,14 @@ class FlashAttentionBackwardSm90:
             tdO,
             mLSE,
             mD,
-            mdQaccum,
+            tdQ,
             mdK,
             mdV,
             tma_Q,
             tma_K,
             tma_V,
             tma_dO,
+            tma_dQ,
             softmax_scale,
             diag_offset,
             window_left,
@@ -191,6 +203,7 @@ class FlashAttentionBackwardSm90:
             sKV_layout,
             sdS_layout,
             sLSE_layout,
+            sdQ_layout,
             mmas.sdp,
             mmas.dkv,
             mmas.dq,
@@ -213,13 +226,14 @@ class FlashAttentionBackwardSm90:
         mdO: cute.Tensor,
         mLSE: cute.Tensor,
         mD: cute.Tensor,
-        mdQaccum: cute.Tensor,
+        mdQaccum: cute.Tensor,  # TMA coordinate tensor, (seqlen, head_dim, heads, batch)
         mdK: cute.Tensor,
         mdV: cute.Tensor,
         tma_Q: cute.CopyAtom,
         tma_K: cute.CopyAtom,
         tma_V: cute.CopyAtom,
         tma_dO: cute.CopyAtom,
+        tma_dQ: cute.CopyAtom,
         softmax_scale: Float32,
         diag_offset: Int32,
         window_left: Int32,
@@ -232,6 +246,7 @@ class FlashAttentionBackwardSm90:
         sKV_layout: cute.ComposedLayout,
         sdS_layout: cute.ComposedLayout,
         sLSE_layout: cute.Layout,
+        sdQ_layout: cute.ComposedLayout,
         tiled_mma_sdp: cute.TiledMma,
         tiled_mma_dkv: cute.TiledMma,
         tiled_mma_dq: cute.TiledMma,
@@ -240,7 +255,7 @@ class FlashAttentionBackwardSm90:
         cfg = self.config
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
-            for atom in (tma_Q, tma_K, tma_V, tma_dO):
+            for atom in (tma_Q, tma_K, tma_V, tma_dO, tma_dQ):
                 cpasync.prefetch_descriptor(atom)
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
@@ -269,6 +284,7 @@ class FlashAttentionBackwardSm90:
             sdS=storage.sdS.get_tensor(sdS_layout.outer, swizzle=sdS_layout.inner),  # (block_n, block_m, stage)
             sLSE=storage.sLSE.get_tensor(sLSE_layout),  # (block_m, stage)
             sD=storage.sD.get_tensor(sLSE_layout),
+            sdQ=storage.sdQ.get_tensor(sdQ_layout.outer, swizzle=sdQ_layout.inner),  # (64, dq_cols, warpgroup)
         )
 
         # ---- step 1: our K/V tile, and the (query head, Q tile) pairs that see it
@@ -307,6 +323,7 @@ class FlashAttentionBackwardSm90:
             cute.arch.setmaxregister_increase(CONSUMER_REGS)
             self.consume(
                 mdQaccum,
+                tma_dQ,
                 mdK,
                 mdV,
                 smem,
@@ -377,6 +394,7 @@ class FlashAttentionBackwardSm90:
     def consume(
         self,
         mdQaccum: cute.Tensor,
+        tma_dQ: cute.CopyAtom,
         mdK: cute.Tensor,
         mdV: cute.Tensor,
         smem: SimpleNamespace,
@@ -422,8 +440,12 @@ class FlashAttentionBackwardSm90:
             acc_dV=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((bn, d))),
             store_dS=store_dS,
             tdSsdS=store_dS.partition_D(smem.sdS),
-            # (row, col) of every dQ element
-            tdQcdQ=thr_dq.partition_C(cute.make_identity_tensor((bm, d))),
+            # this warpgroup's dQ part: registers -> its (64, dq_cols) shared-memory tile (as a one-warpgroup MMA's C)
+            store_dQ=cute.make_tiled_copy_C(
+                cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), Float32, num_bits_per_copy=64),
+                _tiled_mma(self.dtype, OperandMajorMode.MN, OperandMajorMode.MN, (1, 1), self.dq_cols),
+            ).get_slice(tidx % 128),
+            sdQ=smem.sdQ[None, None, tidx // 128],
         )
         mma.acc_dK.fill(0.0)
         mma.acc_dV.fill(0.0)
@@ -435,7 +457,7 @@ class FlashAttentionBackwardSm90:
         free_start, free_end = tile_info.masked_m_runs(work.n_block, work.m_block_min, work.m_block_max)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         scale_log2 = softmax_scale * LOG2_E
-        step = partial(self.one_q_tile, mdQaccum, smem, pipes, mma, mask, work, scale_log2, seqlen_q, head_dim)
+        step = partial(self.one_q_tile, mdQaccum, tma_dQ, smem, pipes, mma, mask, work, scale_log2)
         for h in cutlass.range(work.qheads_per_kvhead, unroll=1):
             head_idx = work.first_head_idx + h
             for m_block in cutlass.range(work.m_block_min, free_start, unroll=1):
@@ -445,6 +467,8 @@ class FlashAttentionBackwardSm90:
             for m_block in cutlass.range(free_end, work.m_block_max, unroll=1):
                 state = step(state, head_idx, m_block, True)
 
+        if tidx % 128 < 32:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last dQ reduce-add has read shared memory
         # ---- step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes)
         mma.acc_dK.store(mma.acc_dK.load() * softmax_scale)
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=CONSUMER_THREADS)  # done reading sK, sV
@@ -471,14 +495,13 @@ class FlashAttentionBackwardSm90:
     def one_q_tile(
         self,
         mdQaccum: cute.Tensor,
+        tma_dQ: cute.CopyAtom,
         smem: SimpleNamespace,
         pipes: SimpleNamespace,
         mma: SimpleNamespace,
         mask: TransposedMask,
         work: SimpleNamespace,
         scale_log2: Float32,
-        seqlen_q: Int32,
-        head_dim: Int32,
         state: pipeline.PipelineState,
         head_idx: Int32,
         m_block: Int32,
@@ -516,7 +539,37 @@ class FlashAttentionBackwardSm90:
         warpgroup.wait_group(1)  # dK is done with Q
         pipes.q.consumer_release(state)
         warpgroup.wait_group(0)
-        gdQ = cute.local_tile(mdQaccum[work.batch_idx, None, head_idx, None], (bm, d), (m_block, 0))
-        add_tile(acc_dQ, mma.tdQcdQ, gdQ, seqlen_q - m_block * bm, head_dim, 2)
+        self.add_dq(mdQaccum, tma_dQ, mma, acc_dQ, work, head_idx, m_block)
         state.advance()
         return state
+
+    @cute.jit
+    def add_dq(
+        self,
+        mdQaccum: cute.Tensor,
+        tma_dQ: cute.CopyAtom,
+        mma: SimpleNamespace,
+        acc_dQ: cute.Tensor,
+        work: SimpleNamespace,
+        head_idx: Int32,
+        m_block: Int32,
+    ):
+        """This warpgroup's part of dQ -> its shared-memory tile -> TMA reduce-add into dQaccum. Its first warp
+        waits for the previous reduce-add to have read the tile before anyone overwrites it."""
+        wg_tidx = cute.arch.thread_idx()[0] % 128
+        wg = cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4 - 1
+        if wg_tidx < 32:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.barrier(barrier_id=DQ_BARRIER + wg, number_of_threads=128)
+        cute.copy(mma.store_dQ, mma.store_dQ.retile(acc_dQ), mma.store_dQ.partition_D(mma.sdQ))
+        cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to the TMA unit
+        cute.arch.barrier(barrier_id=DQ_BARRIER + wg, number_of_threads=128)
+        if wg_tidx < 32:
+            # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
+            box = (m_block * 2 + wg, 0) if cutlass.const_expr(self.config.dq_split_rows) else (m_block, wg)
+            gdQ = cute.local_tile(mdQaccum[None, None, head_idx, work.batch_idx], (64, self.dq_cols), box)
+            tdQsdQ, tdQgdQ = cpasync.tma_partition(
+                tma_dQ, 0, cute.make_layout(1), cute.group_modes(mma.sdQ, 0, 2), cute.group_modes(gdQ, 0, 2)
+            )
+            cute.copy(tma_dQ, tdQsdQ, tdQgdQ)
+            cute.arch.cp_async_bulk_commit_group()
