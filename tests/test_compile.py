@@ -65,7 +65,14 @@ _BWD = (
     "(set re-found after bwd-pipeline's Q/dO double buffering and sm_90 paired dQ atomics; the deterministic dQ "
     "kernel spills nowhere)"
 )
+_SM90_BWD = (
+    "Hopper backward, 240 registers a consumer thread: dK and dV (2 x 64 fp32 at d128, 2 x 32 at d64), S^T and dP^T "
+    "(2 x 32 at d128, 2 x 64 at d64 with 128-row Q tiles) and the dQ accumulator leave a few scalars (addresses, "
+    "loop counters) to spill: 8-104 bytes of stack, 6-90 spill instructions, most under masks. Measured on the H200 "
+    "at ed73b36 anyway: 1.23x-1.54x SDPA flash's backward (docs/perf-notes.md)"
+)
 KNOWN_SPILLS: dict[str, str] = {
+    **dict.fromkeys([i for i in IDS if i.startswith("sm_90a-sm90bwd-")], _SM90_BWD),
     **dict.fromkeys(
         [
             "sm_80-bwd-bfloat16-d128-64x128w8-nomask",
