@@ -155,7 +155,7 @@ def launch_bwd(
         delta[..., :seqlen_q] = (dout.float() * out.float()).sum(-1).transpose(1, 2)
         dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         _run_on_device(q.device, compiled(config), q, k, v, dout, lse_log2, delta, dq_accum, dk, dv, *scalars)
-        return (dq_accum * softmax_scale).to(q.dtype), dk, dv
+        return dq_accum.to(q.dtype), dk, dv  # the kernel has applied softmax_scale
 
     delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (batch, nheads, seqlen_q)
     dkv_kernel = compiled(bwd_config(head_dim, dtype, deterministic=deterministic, **window))

@@ -27,7 +27,7 @@ def test_fake_kernels_propagate_shapes(fake_mode):
         assert (out.shape, out.dtype, out.device.type) == (q.shape, q.dtype, "cuda")
         assert (lse.shape, lse.dtype) == ((2, 8, 128), torch.float32)
         for deterministic in (False, True):
-            dq, dk, dv = torch.ops.flashcute.bwd(out, q, k, v, out, lse, 0.125, -32, -1, 0, deterministic)
+            dq, dk, dv = torch.ops.flashcute.bwd(out, q, k, v, out, lse, 0.125, -32, -1, 0, deterministic, "auto")
             assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
             assert (dq.dtype, dk.dtype) == (q.dtype, k.dtype)
 

@@ -3,7 +3,7 @@
 One thread block owns one (block_n, head_dim) tile of K and V for one (batch, kv head) and walks every query head
 of its GQA group and every Q tile that sees its keys, as the sm80 backward does; dK and dV stay in registers for
 the whole walk and dQ is added across thread blocks with float32 reductions into a zeroed buffer that a
-postprocess scales and casts. The steps of one Q tile run transposed, with the keys as rows, so that every
+postprocess casts. The steps of one Q tile run transposed, with the keys as rows, so that every
 operand the dV and dK GEMMs need as "A" is already in registers:
 
     S^T  = K Q^T         (wgmma, both from shared memory)
@@ -13,6 +13,7 @@ operand the dV and dK GEMMs need as "A" is already in registers:
     dV  += P^T dO        (wgmma, P^T from registers, dO^T a transposed view of the dO tile)
     dK  += dS^T Q        (wgmma, dS^T from registers)
     dQ   = dS K          (wgmma from shared memory: dS^T is written there once, read through a transposed view)
+    (dK and dQ times softmax_scale)
 
 dQ of a step goes registers -> shared memory (float32) -> global memory with a TMA reduce-add
 (cp.reduce.async.bulk.tensor), which adds a whole tile at L2 and clips rows past seqlen_q and columns past the
@@ -457,7 +458,7 @@ class FlashAttentionBackwardSm90:
         free_start, free_end = tile_info.masked_m_runs(work.n_block, work.m_block_min, work.m_block_max)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         scale_log2 = softmax_scale * LOG2_E
-        step = partial(self.one_q_tile, mdQaccum, tma_dQ, smem, pipes, mma, mask, work, scale_log2)
+        step = partial(self.one_q_tile, mdQaccum, tma_dQ, smem, pipes, mma, mask, work, scale_log2, softmax_scale)
         for h in cutlass.range(work.qheads_per_kvhead, unroll=1):
             head_idx = work.first_head_idx + h
             for m_block in cutlass.range(work.m_block_min, free_start, unroll=1):
@@ -502,6 +503,7 @@ class FlashAttentionBackwardSm90:
         mask: TransposedMask,
         work: SimpleNamespace,
         scale_log2: Float32,
+        softmax_scale: Float32,
         state: pipeline.PipelineState,
         head_idx: Int32,
         m_block: Int32,
@@ -539,6 +541,7 @@ class FlashAttentionBackwardSm90:
         warpgroup.wait_group(1)  # dK is done with Q
         pipes.q.consumer_release(state)
         warpgroup.wait_group(0)
+        acc_dQ.store(acc_dQ.load() * softmax_scale)
         self.add_dq(mdQaccum, tma_dQ, mma, acc_dQ, work, head_idx, m_block)
         state.advance()
         return state
