@@ -13,7 +13,7 @@ import functools
 import torch
 
 from flashcute import compile_cache
-from flashcute.config import bwd_config, dq_config, fwd_config, sm90_fwd_config
+from flashcute.config import bwd_config, bwd_post_config, bwd_pre_config, dq_config, fwd_config, sm90_fwd_config
 from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs, validate_pointers
 
 KERNELS = ("sm80", "sm90")
@@ -107,6 +107,30 @@ def launch_fwd(
     _run_on_device(q.device, kernel, q, k, v, out, lse, *scalars)
 
 
+def _compiled(config, device: torch.device):
+    """The compiled kernel for ``config`` on ``device``'s architecture (from the compile cache)."""
+    from flashcute.kernels.build import compile_kernel
+
+    arch = device_arch(device)
+    return compile_cache.get_compiled(arch, config, functools.partial(compile_kernel, config, arch))
+
+
+def launch_bwd_preprocess(
+    dout: torch.Tensor, out: torch.Tensor, delta: torch.Tensor, dq_accum: torch.Tensor | None = None
+) -> None:
+    """The backward's preprocess, into given outputs (validated inputs only): ``delta`` (batch, nheads,
+    seqlen_q) float32, unit last stride, gets D = rowsum(dO * O) summed in float32, and ``dq_accum`` (float32,
+    shaped like ``out``), when given, is zeroed in the same launch for the dQ atomics."""
+    config = bwd_pre_config(out.shape[-1], _dtype_name(out), clear_dq_accum=dq_accum is not None)
+    _run_on_device(out.device, _compiled(config, out.device), out, dout, delta, dq_accum)
+
+
+def launch_bwd_postprocess(dq_accum: torch.Tensor, dq: torch.Tensor, softmax_scale: float) -> None:
+    """The backward's postprocess, into a given output: dq = dq_accum * softmax_scale in dq's dtype."""
+    config = bwd_post_config(dq.shape[-1], _dtype_name(dq))
+    _run_on_device(dq.device, _compiled(config, dq.device), dq_accum, dq, softmax_scale)
+
+
 def launch_bwd(
     dout: torch.Tensor,
     q: torch.Tensor,
@@ -122,33 +146,31 @@ def launch_bwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward pass; returns (dq, dk, dv) shaped like q, k, v.
 
-    Preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32 atomics into a zeroed
-    buffer, then scaled and cast (default), or, deterministic, from the dQ kernel, which adds in a fixed order.
+    Preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32 atomics into a
+    buffer the preprocess zeroes, then scaled and cast by the postprocess (default), or, deterministic, from the
+    dQ kernel, which adds in a fixed order.
     """
-    from flashcute.kernels.build import compile_kernel
-
     if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
         dout = dout.contiguous()
-    validate_pointers(q=q, k=k, v=v, dout=dout)
-    delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (batch, nheads, seqlen_q)
+    validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
+    batch, seqlen_q, nheads, _ = q.shape
+    delta = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+    dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    launch_bwd_preprocess(dout, out, delta, dq_accum)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    dtype, head_dim, arch = _dtype_name(q), q.shape[-1], device_arch(q.device)
+    dtype, head_dim = _dtype_name(q), q.shape[-1]
     window = {"window_left": window_left, "window_right": window_right}
-
-    def kernel(config):
-        return compile_cache.get_compiled(arch, config, functools.partial(compile_kernel, config, arch))
-
-    dkv_kernel = kernel(bwd_config(head_dim, dtype, deterministic=deterministic, **window))
-    if deterministic:
-        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        _run_on_device(q.device, dkv_kernel, q, k, v, dout, lse, delta, None, dk, dv, *scalars)
-        _run_on_device(q.device, kernel(dq_config(head_dim, dtype, **window)), q, k, v, dout, lse, delta, dq, *scalars)
-        return dq, dk, dv
-    dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dkv_kernel = _compiled(bwd_config(head_dim, dtype, deterministic=deterministic, **window), q.device)
     _run_on_device(q.device, dkv_kernel, q, k, v, dout, lse, delta, dq_accum, dk, dv, *scalars)
-    return (dq_accum * softmax_scale).to(q.dtype), dk, dv
+    if deterministic:
+        dq_kernel = _compiled(dq_config(head_dim, dtype, **window), q.device)
+        _run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars)
+    else:
+        launch_bwd_postprocess(dq_accum, dq, softmax_scale)
+    return dq, dk, dv
 
 
 @torch.library.custom_op("flashcute::fwd", mutates_args=())
