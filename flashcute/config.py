@@ -406,3 +406,63 @@ def dq_config(head_dim: int, dtype: str, window_left: int = -1, window_right: in
         mask_right=window_right >= 0,
         mask_left=window_left >= 0,
     )
+
+
+@dataclass(frozen=True)
+class BwdPreConfig:
+    """Static configuration of the backward's preprocess (kernels/sm80/bwd_pre.py): D = rowsum(dO * O) for
+    block_m rows of one (batch, head) per thread block of num_warps warps, and, with clear_dq_accum, the same rows
+    of the fp32 dQ accumulator zeroed for the dK/dV kernel's atomics."""
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    num_warps: int
+    clear_dq_accum: bool
+
+
+@dataclass(frozen=True)
+class BwdPostConfig:
+    """Static configuration of the backward's postprocess (kernels/sm80/bwd_post.py): dQ = dQaccum * softmax_scale
+    cast to dtype, block_m rows of one (batch, head) per thread block of num_warps warps."""
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    num_warps: int
+
+
+# Rows per thread block of the preprocess and the postprocess, 4 warps: block_m * head_dim_padded = 8192 elements
+# (6144 at 96 and 192, where 8192 is no whole number of the tiled copy's passes), so every thread keeps 8 (6)
+# 16-byte loads of each 16-bit input in flight. Memory-bound streams; not yet measured on the H200.
+_SM80_BWD_PREPOST_ROWS: dict[int, int] = {32: 256, 64: 128, 96: 64, 128: 64, 192: 32, 256: 32}
+
+
+@functools.cache
+def bwd_pre_config(head_dim: int, dtype: str, clear_dq_accum: bool = True) -> BwdPreConfig:
+    """The heuristic for the backward's preprocess (clear_dq_accum off for the deterministic backward, whose dQ
+    kernel needs no accumulator)."""
+    bucket = head_dim_bucket(head_dim)
+    return BwdPreConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=_SM80_BWD_PREPOST_ROWS[bucket],
+        num_warps=4,
+        clear_dq_accum=clear_dq_accum,
+    )
+
+
+@functools.cache
+def bwd_post_config(head_dim: int, dtype: str) -> BwdPostConfig:
+    """The heuristic for the backward's postprocess."""
+    bucket = head_dim_bucket(head_dim)
+    return BwdPostConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=_SM80_BWD_PREPOST_ROWS[bucket],
+        num_warps=4,
+    )

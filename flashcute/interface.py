@@ -14,7 +14,16 @@ import math
 import torch
 
 from flashcute import compile_cache
-from flashcute.config import bwd_config, dq_config, fwd_config, sm90_bwd_config, sm90_bwd_supports, sm90_fwd_config
+from flashcute.config import (
+    bwd_config,
+    bwd_post_config,
+    bwd_pre_config,
+    dq_config,
+    fwd_config,
+    sm90_bwd_config,
+    sm90_bwd_supports,
+    sm90_fwd_config,
+)
 from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs, validate_pointers
 
 KERNELS = ("sm80", "sm90")
@@ -108,6 +117,30 @@ def launch_fwd(
     _run_on_device(q.device, kernel, q, k, v, out, lse, *scalars)
 
 
+def _compiled(config, device: torch.device):
+    """The compiled kernel for ``config`` on ``device``'s architecture (from the compile cache)."""
+    from flashcute.kernels.build import compile_kernel
+
+    arch = device_arch(device)
+    return compile_cache.get_compiled(arch, config, functools.partial(compile_kernel, config, arch))
+
+
+def launch_bwd_preprocess(
+    dout: torch.Tensor, out: torch.Tensor, delta: torch.Tensor, dq_accum: torch.Tensor | None = None
+) -> None:
+    """The backward's preprocess, into given outputs (validated inputs only): ``delta`` (batch, nheads,
+    seqlen_q) float32, unit last stride, gets D = rowsum(dO * O) summed in float32, and ``dq_accum`` (float32,
+    shaped like ``out``), when given, is zeroed in the same launch for the dQ atomics."""
+    config = bwd_pre_config(out.shape[-1], _dtype_name(out), clear_dq_accum=dq_accum is not None)
+    _run_on_device(out.device, _compiled(config, out.device), out, dout, delta, dq_accum)
+
+
+def launch_bwd_postprocess(dq_accum: torch.Tensor, dq: torch.Tensor, softmax_scale: float) -> None:
+    """The backward's postprocess, into a given output: dq = dq_accum * softmax_scale in dq's dtype."""
+    config = bwd_post_config(dq.shape[-1], _dtype_name(dq))
+    _run_on_device(dq.device, _compiled(config, dq.device), dq_accum, dq, softmax_scale)
+
+
 def launch_bwd(
     dout: torch.Tensor,
     q: torch.Tensor,
@@ -124,50 +157,49 @@ def launch_bwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward pass; returns (dq, dk, dv) shaped like q, k, v.
 
-    Preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32 atomics into a zeroed
-    buffer, then scaled and cast (default), or, deterministic, from the dQ kernel, which adds in a fixed order.
-    ``kernel`` as in launch_fwd: "sm90" (the default on sm_90) runs the Hopper backward at head dims up to 128
-    in the buckets it has (64, 128) unless ``deterministic``; everything else runs the sm80 kernels.
+    Preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32 atomics (or TMA
+    reduce-adds) into a buffer the preprocess zeroes, then scaled and cast by the postprocess (default), or,
+    deterministic, from the dQ kernel, which adds in a fixed order. ``kernel`` as in launch_fwd: "sm90" (the
+    default on sm_90) runs the Hopper backward at the head dims it has tiles for (buckets 64 and 128) unless
+    ``deterministic``; everything else runs the sm80 kernels.
     """
-    from flashcute.kernels.build import compile_kernel
-
     _check_kernel(kernel, q.device)
     if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
         dout = dout.contiguous()
-    validate_pointers(q=q, k=k, v=v, dout=dout)
+    validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
+    batch, seqlen_q, nheads, head_dim = q.shape
+    dtype = _dtype_name(q)
+    window = {"window_left": window_left, "window_right": window_right}
+    name = available_kernels(q.device)[0] if kernel == "auto" else kernel
+    sm90 = name == "sm90" and not deterministic and sm90_bwd_supports(head_dim)
+    config = (
+        sm90_bwd_config(head_dim, dtype, **window) if sm90 else bwd_config(head_dim, dtype, deterministic, **window)
+    )
+    # The Hopper kernel bulk-copies D (and LSE) a whole Q tile at a time: rows up to the last tile's end.
+    rows = -(-seqlen_q // config.block_m) * config.block_m if sm90 else seqlen_q
+    delta = torch.empty((batch, nheads, rows), dtype=torch.float32, device=q.device)
+    dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    launch_bwd_preprocess(dout, out, delta[..., :seqlen_q], dq_accum)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    dtype, head_dim, arch = _dtype_name(q), q.shape[-1], device_arch(q.device)
-    window = {"window_left": window_left, "window_right": window_right}
-
-    def compiled(config):
-        return compile_cache.get_compiled(arch, config, functools.partial(compile_kernel, config, arch))
-
-    name = available_kernels(q.device)[0] if kernel == "auto" else kernel
-    if name == "sm90" and not deterministic and sm90_bwd_supports(head_dim):
-        config = sm90_bwd_config(head_dim, dtype, **window)
-        batch, seqlen_q, nheads, _ = q.shape
-        padded = -(-seqlen_q // config.block_m) * config.block_m  # whole Q tiles: the kernel bulk-copies them
-        lse_log2 = torch.full((batch, nheads, padded), math.inf, dtype=torch.float32, device=q.device)
+    if sm90:
+        # past seqlen_q, and where a row saw no key (LSE = -inf): LSE * log2(e) = +inf, so P = 0; D = 0
+        delta[..., seqlen_q:] = 0.0
+        lse_log2 = torch.full((batch, nheads, rows), math.inf, dtype=torch.float32, device=q.device)
         lse_log2[..., :seqlen_q] = torch.where(lse == -math.inf, math.inf, lse * math.log2(math.e))
-        delta = torch.zeros((batch, nheads, padded), dtype=torch.float32, device=q.device)
-        delta[..., :seqlen_q] = (dout.float() * out.float()).sum(-1).transpose(1, 2)
-        dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        _run_on_device(q.device, compiled(config), q, k, v, dout, lse_log2, delta, dq_accum, dk, dv, *scalars)
-        return dq_accum.to(q.dtype), dk, dv  # the kernel has applied softmax_scale
-
-    delta = (dout.float() * out.float()).sum(-1).transpose(1, 2).contiguous()  # (batch, nheads, seqlen_q)
-    dkv_kernel = compiled(bwd_config(head_dim, dtype, deterministic=deterministic, **window))
-    if deterministic:
-        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        _run_on_device(q.device, dkv_kernel, q, k, v, dout, lse, delta, None, dk, dv, *scalars)
-        dq_kernel = compiled(dq_config(head_dim, dtype, **window))
-        _run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars)
+        tensors = (q, k, v, dout, lse_log2, delta, dq_accum, dk, dv)
+        _run_on_device(q.device, _compiled(config, q.device), *tensors, *scalars)
+        launch_bwd_postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
         return dq, dk, dv
-    dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    _run_on_device(q.device, dkv_kernel, q, k, v, dout, lse, delta, dq_accum, dk, dv, *scalars)
-    return (dq_accum * softmax_scale).to(q.dtype), dk, dv
+    _run_on_device(q.device, _compiled(config, q.device), q, k, v, dout, lse, delta, dq_accum, dk, dv, *scalars)
+    if deterministic:
+        dq_kernel = _compiled(dq_config(head_dim, dtype, **window), q.device)
+        _run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars)
+    else:
+        launch_bwd_postprocess(dq_accum, dq, softmax_scale)
+    return dq, dk, dv
 
 
 @torch.library.custom_op("flashcute::fwd", mutates_args=())

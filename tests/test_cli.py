@@ -114,8 +114,11 @@ def test_check_compiles_and_reports(capsys):
     code, out, _ = run_main(capsys, "check", "--arch", "sm_80", "--headdim", "32", "--exact-only", "--jobs", "2")
     assert code == 0
     rows = [line.split() for line in out.splitlines() if line.startswith("sm_80 ")]
-    # 2 dtypes x 4 mask variants x 4 kernels (forward; dK/dV with and without dQ atomics; deterministic dQ)
-    assert len(rows) == 32
-    assert {row[1].split("-")[0] for row in rows} == {"float16", "bfloat16", "bwd", "bwdnodq", "dq"}
-    assert all(int(row[2]) <= 255 and int(row[5]) > 0 for row in rows)  # registers, HMMA count
-    assert "32 variants in" in out and "0 failed to compile" in out
+    # 2 dtypes x (4 mask variants x 4 kernels (forward; dK/dV with and without dQ atomics; deterministic dQ)
+    # + the backward's preprocess, with and without zeroing dQaccum, and its postprocess, which have no mask)
+    assert len(rows) == 38
+    kinds = {row[1].split("-")[0] for row in rows}
+    assert kinds == {"float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost"}
+    assert all(int(row[2]) <= 255 for row in rows)  # registers
+    assert all(int(row[5]) > 0 for row in rows if not row[1].startswith(("bwdpre", "bwdpost")))  # HMMA count
+    assert "38 variants in" in out and "0 failed to compile" in out

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from flashcute.config import HEAD_DIM_BUCKETS, SM90_MAX_SMEM_BYTES, Sm90FwdConfig, sm90_fwd_config
+from flashcute.config import (
+    HEAD_DIM_BUCKETS,
+    SM90_MAX_SMEM_BYTES,
+    BwdPreConfig,
+    Sm90FwdConfig,
+    bwd_post_config,
+    bwd_pre_config,
+    sm90_fwd_config,
+)
+from flashcute.kernels.sm80.bwd_post import FlashAttentionBackwardPostprocessSm80
+from flashcute.kernels.sm80.bwd_pre import FlashAttentionBackwardPreprocessSm80
 from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
 from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 from flashcute.kernels.variants import (
     ALTERNATIVE_TILES,
     MASK_VARIANTS,
     alternative_tile_variants,
+    bwd_prepost_variants,
     fwd_variants,
     sm90_fwd_variants,
 )
@@ -58,3 +71,20 @@ def test_sm90_heuristic_by_mask(window):
 def test_alternative_tiles_are_not_the_heuristics_pick():
     assert (128, 64, 4, 1) not in ALTERNATIVE_TILES["sm80"]  # the sm80 d96 pick
     assert (128, 128, 2) not in ALTERNATIVE_TILES["sm90"]  # the sm90 d96 pick
+
+
+@pytest.mark.parametrize("config", bwd_prepost_variants(), ids=str)
+def test_every_bwd_prepost_config_fits_both_targets(config):
+    pre = isinstance(config, BwdPreConfig)
+    kernel = FlashAttentionBackwardPreprocessSm80 if pre else FlashAttentionBackwardPostprocessSm80
+    for arch in ("sm_80", "sm_90a"):
+        assert kernel.can_implement(config, arch) is None
+
+
+def test_bwd_prepost_kernels_refuse_what_the_copy_cannot_tile():
+    rows = dataclasses.replace(bwd_pre_config(128, "bfloat16"), block_m=24)  # 16 rows a pass at head dim 128
+    assert "block_m=24" in FlashAttentionBackwardPreprocessSm80.can_implement(rows, "sm_80")
+    warps = dataclasses.replace(bwd_post_config(64, "float16"), num_warps=64)
+    assert "2048 threads" in FlashAttentionBackwardPostprocessSm80.can_implement(warps, "sm_90a")
+    dtype = dataclasses.replace(bwd_post_config(64, "float16"), dtype="float32")
+    assert "float32" in FlashAttentionBackwardPostprocessSm80.can_implement(dtype, "sm_80")

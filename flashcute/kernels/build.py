@@ -2,10 +2,11 @@
 
 ``compile_fwd(config, arch)`` returns a TVM-FFI function taking
     (q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
-as torch tensors and Python numbers, launching on the current CUDA stream; ``compile_bwd`` and ``compile_dq``
-likewise for the backward kernels, ``compile_kernel`` for any of them by the type of its config. Every size and
-every stride but the unit stride of the last dim is symbolic, so the one compiled function serves every shape and
-layout the validation admits (strides divisible by 8 elements: 16-byte aligned rows).
+as torch tensors and Python numbers, launching on the current CUDA stream; ``compile_bwd``, ``compile_dq``,
+``compile_bwd_pre`` and ``compile_bwd_post`` likewise for the backward kernels, ``compile_kernel`` for any of them
+by the type of its config. Every size and every stride but the unit stride of the last dim is symbolic, so the one
+compiled function serves every shape and layout the validation admits (strides divisible by 8 elements: 16-byte
+aligned rows; the fp32 dQ accumulator's by 4).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
+from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
 
 ARCHS = ("sm_80", "sm_90a")
+# softmax_scale, diag_offset, window_left, window_right: placeholders, as every scalar is a run-time argument
+ATTENTION_SCALARS = (1.0, 0, -1, -1)
 
 
 def _fake_bshd(dtype, batch, seqlen, heads, head_dim):
@@ -71,10 +74,10 @@ class _SymbolicProblem:
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=16)
 
 
-def _compile(kernel, config, arch: str, dump_dir: Path | None, *tensors, extra_scalars: tuple = ()):
+def _compile(kernel, config, arch: str, dump_dir: Path | None, *tensors, scalars: tuple = ATTENTION_SCALARS):
     """Check ``config`` with the kernel's ``can_implement`` and compile ``kernel`` (built from ``config``) against
-    ``tensors``, then the scalars (softmax_scale, diag_offset, window_left, window_right, *extra_scalars) and the
-    caller's current stream."""
+    ``tensors``, then ``scalars`` (by default the attention kernels' softmax_scale, diag_offset, window_left,
+    window_right) and the caller's current stream."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass.cute as cute
 
@@ -86,7 +89,7 @@ def _compile(kernel, config, arch: str, dump_dir: Path | None, *tensors, extra_s
         dump_dir.mkdir(parents=True, exist_ok=True)
         options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute.compile(kernel, *tensors, 1.0, 0, -1, -1, *extra_scalars, stream, options=options)
+    return cute.compile(kernel, *tensors, *scalars, stream, options=options)
 
 
 def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | None = None):
@@ -100,7 +103,9 @@ def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | N
     kernel = FlashAttentionForwardSm90(config) if sm90 else FlashAttentionForwardSm80(config)
     p = _SymbolicProblem(config)
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
-    return _compile(kernel, config, arch, dump_dir, *tensors, extra_scalars=(1,) if sm90 else ())
+    return _compile(
+        kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1) if sm90 else ATTENTION_SCALARS
+    )
 
 
 def compile_bwd(config: BwdConfig, arch: str, dump_dir: Path | None = None):
@@ -143,8 +148,36 @@ def compile_dq(config: DQConfig, arch: str, dump_dir: Path | None = None):
     return _compile(FlashAttentionBackwardDQSm80(config), config, arch, dump_dir, *tensors)
 
 
+def compile_bwd_pre(config: BwdPreConfig, arch: str, dump_dir: Path | None = None):
+    """The backward's preprocess: (out, dout, d, dq_accum or None); d is (batch, nheads, seqlen_q) float32 and
+    dq_accum float32, zeroed by the kernel, and None when ``config.clear_dq_accum`` is off."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import cutlass
+
+    from flashcute.kernels.sm80.bwd_pre import FlashAttentionBackwardPreprocessSm80
+
+    p = _SymbolicProblem(config)
+    dq_accum = p.q_like(cutlass.Float32) if config.clear_dq_accum else None
+    tensors = (p.q_like(), p.q_like(), p.row_stats(), dq_accum)
+    return _compile(FlashAttentionBackwardPreprocessSm80(config), config, arch, dump_dir, *tensors, scalars=())
+
+
+def compile_bwd_post(config: BwdPostConfig, arch: str, dump_dir: Path | None = None):
+    """The backward's postprocess: (dq_accum, dq, softmax_scale); dq_accum is float32."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import cutlass
+
+    from flashcute.kernels.sm80.bwd_post import FlashAttentionBackwardPostprocessSm80
+
+    p = _SymbolicProblem(config)
+    tensors = (p.q_like(cutlass.Float32), p.q_like())
+    return _compile(FlashAttentionBackwardPostprocessSm80(config), config, arch, dump_dir, *tensors, scalars=(1.0,))
+
+
 def compile_kernel(
-    config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None
+    config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig,
+    arch: str,
+    dump_dir: Path | None = None,
 ):
     """Compile whichever kernel ``config`` configures."""
     build = {
@@ -153,5 +186,7 @@ def compile_kernel(
         BwdConfig: compile_bwd,
         Sm90BwdConfig: compile_sm90_bwd,
         DQConfig: compile_dq,
+        BwdPreConfig: compile_bwd_pre,
+        BwdPostConfig: compile_bwd_post,
     }[type(config)]
     return build(config, arch, dump_dir)

@@ -20,7 +20,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashcute.config import BwdConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
+from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
+
+AnyConfig = FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig
 
 # `/*0a40*/  @!P0 LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64] ;` -> "LDGSTS.E.BYPASS.LTC128B.128"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
@@ -60,14 +62,21 @@ class SassReport:
         return sum(self.opcodes.values())
 
 
-def variant_label(config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig) -> str:
+def variant_label(config: AnyConfig) -> str:
     """A short name for a config: "bfloat16-d128-128x64w4s1-right" is bf16, head dim 128, block_m x block_n,
     4 warps, 1 K/V stage, causal-like mask; "d128pad" is a head dim padded up to 128; masks: nomask, right, left,
     both. Backward kernels start with "bwd-" (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic
     mode) or "dq-" (the deterministic dQ kernel) and have no stage count. Hopper forward kernels start with
     "sm90-" and have no warp count (one producer and block_m / 64 consumer warpgroups); the Hopper backward
-    starts with "sm90bwd-"."""
+    starts with "sm90bwd-". The backward's preprocess ("bwdpre-", "-zerodq" when it also zeroes dQaccum) and
+    postprocess ("bwdpost-") have rows per thread block and warps, and no mask: "bwdpre-bfloat16-d128-64w4-zerodq".
+    """
     head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
+    if isinstance(config, BwdPostConfig):
+        return f"bwdpost-{config.dtype}-{head_dim}-{config.block_m}w{config.num_warps}"
+    if isinstance(config, BwdPreConfig):
+        zero = "-zerodq" if config.clear_dq_accum else ""
+        return f"bwdpre-{config.dtype}-{head_dim}-{config.block_m}w{config.num_warps}{zero}"
     mask = MASK_NAMES[config.mask_right, config.mask_left]
     if isinstance(config, Sm90FwdConfig):
         early = "-early" if config.rescale_o_early else ""
@@ -124,7 +133,7 @@ def inspect_cubin(cubin: Path) -> SassReport:
     return SassReport(arch=arch, registers=registers, stack_bytes=stack_bytes, opcodes=dict(opcodes))
 
 
-def compile_and_inspect(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path) -> SassReport:
+def compile_and_inspect(config: AnyConfig, arch: str, dump_dir: Path) -> SassReport:
     """Compile the kernel for ``config`` and ``arch`` into ``dump_dir`` (emptied first) and inspect it."""
     from flashcute.kernels.build import compile_kernel
 
@@ -137,7 +146,7 @@ def compile_and_inspect(config: FwdConfig | BwdConfig | DQConfig, arch: str, dum
 
 
 def inspect_variants(
-    variants: Sequence[tuple[FwdConfig | BwdConfig | DQConfig, str]], dump_root: Path, jobs: int
+    variants: Sequence[tuple[AnyConfig, str]], dump_root: Path, jobs: int
 ) -> list[SassReport | Exception]:
     """`compile_and_inspect` each (config, arch) in ``jobs`` worker processes; a failed compile gives its exception.
 

@@ -18,11 +18,15 @@ from flashcute.config import (
     DTYPES,
     HEAD_DIM_BUCKETS,
     BwdConfig,
+    BwdPostConfig,
+    BwdPreConfig,
     DQConfig,
     FwdConfig,
     Sm90BwdConfig,
     Sm90FwdConfig,
     bwd_config,
+    bwd_post_config,
+    bwd_pre_config,
     dq_config,
     fwd_config,
     sm90_bwd_config,
@@ -79,17 +83,33 @@ def alternative_tile_variants(kernel: str) -> list[FwdConfig | Sm90FwdConfig]:
     ]
 
 
-def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig]:
+def bwd_prepost_variants(exact_only: bool = False) -> list[BwdPreConfig | BwdPostConfig]:
+    """The backward's preprocess (zeroing dQaccum or not) and postprocess, per dtype x head-dim bucket (x
+    exact/padded head dim); they have no mask."""
+    configs = []
+    for dtype, bucket in itertools.product(DTYPES, HEAD_DIM_BUCKETS):
+        for d in (bucket,) if exact_only else (bucket, bucket - 8):
+            configs += [bwd_pre_config(d, dtype), bwd_pre_config(d, dtype, clear_dq_accum=False)]
+            configs.append(bwd_post_config(d, dtype))
+    return configs
+
+
+def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig]:
     """Every backward kernel the heuristics pick, per dtype x head-dim bucket x mask variant (x exact/padded):
-    the dK/dV kernel with dQ atomics, the same without them, and the deterministic dQ kernel."""
+    the dK/dV kernel with dQ atomics, the same without them, and the deterministic dQ kernel; then the
+    preprocess and postprocess around them."""
     return [
         *_variants(bwd_config, exact_only),
         *_variants(functools.partial(bwd_config, deterministic=True), exact_only),
         *_variants(dq_config, exact_only),
+        *bwd_prepost_variants(exact_only),
     ]
 
 
-def _compile_one(config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig, arch: str) -> float:
+def _compile_one(
+    config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig,
+    arch: str,
+) -> float:
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute import compile_cache
     from flashcute.kernels.build import compile_kernel

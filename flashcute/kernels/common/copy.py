@@ -23,13 +23,20 @@ def smem_layout_atom(dtype: type[cutlass.Numeric], head_dim_padded: int) -> cute
 
 
 def make_gmem_tiled_copy(
-    dtype: type[cutlass.Numeric], head_dim_padded: int, num_threads: int, is_async: bool
+    dtype: type[cutlass.Numeric],
+    head_dim_padded: int,
+    num_threads: int,
+    is_async: bool,
+    values_per_thread: int | None = None,
 ) -> cute.TiledCopy:
     """Threads laid out row-major over a (rows, head_dim) tile, 16 bytes per thread per copy.
 
     ``is_async`` picks cp.async (loads into shared memory) or a plain vectorised copy (stores of O).
+    ``values_per_thread`` contiguous values of a row go to each thread per pass (default: one 16-byte vector),
+    in as many 16-byte copies as they need: an fp32 copy with 8 puts every value on the same thread as a 16-bit
+    copy of the same tile does, so a conversion between the two stays in registers.
     """
-    elems = COPY_BITS // dtype.width
+    elems = values_per_thread or COPY_BITS // dtype.width
     op = cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL) if is_async else cute.nvgpu.CopyUniversalOp()
     atom = cute.make_copy_atom(op, dtype, num_bits_per_copy=COPY_BITS)
     threads_per_row = smem_layout_atom(dtype, head_dim_padded).outer.shape[1] // elems

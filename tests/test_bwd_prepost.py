@@ -1,0 +1,97 @@
+"""The backward's preprocess (D = rowsum(dO * O), dQaccum zeroed) and postprocess (dQ = dQaccum * scale) on the GPU.
+
+Inputs are slices of packed tensors and outputs are NaN-poisoned views into larger buffers, so a kernel that reads
+the wrong strides, leaves an element unwritten or writes a row past seqlen_q or a column past head_dim fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashcute.interface import launch_bwd_postprocess, launch_bwd_preprocess
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16]
+HEAD_DIMS = [32, 64, 96, 128, 192, 256, 40, 200]
+SEQLENS = [1, 17, 113, 300]
+FP32_EPS = 2.0**-24  # unit roundoff of float32
+
+
+def packed_pair(batch: int, seqlen: int, nheads: int, head_dim: int, dtype: torch.dtype):
+    """Two (batch, seqlen, nheads, head_dim) tensors interleaved in one buffer: strided views, as in packed QKV."""
+    packed = torch.randn(batch, seqlen, 2, nheads, head_dim, device="cuda", dtype=dtype)
+    return packed.unbind(dim=2)
+
+
+def poisoned_view(shape: tuple[int, ...], pad: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A NaN-filled float32 buffer ``pad`` larger than ``shape`` in each dim, and its leading ``shape`` view."""
+    buffer = torch.full([n + p for n, p in zip(shape, pad, strict=True)], torch.nan, device="cuda")
+    return buffer, buffer[tuple(slice(0, n) for n in shape)]
+
+
+def outside(buffer: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """The elements of ``buffer`` outside its leading ``shape`` view."""
+    mask = torch.ones_like(buffer, dtype=torch.bool)
+    mask[tuple(slice(0, n) for n in shape)] = False
+    return buffer[mask]
+
+
+def check_delta(delta: torch.Tensor, dout: torch.Tensor, out: torch.Tensor) -> None:
+    """D against float64 within float32 summation's error bound, head_dim * eps * sum |dO * O| per row (the
+    products of two fp16 or bf16 values are exact in float32; only the additions round)."""
+    products = dout.double() * out.double()
+    ref = products.sum(-1).transpose(1, 2)
+    bound = out.shape[-1] * FP32_EPS * products.abs().sum(-1).transpose(1, 2) + 1e-30
+    assert not delta.isnan().any(), f"{delta.isnan().sum().item()} rows of D unwritten"
+    err = (delta.double() - ref).abs()
+    assert (err <= bound).all(), f"D off by {err.max().item():.3g}, bound {bound[err > bound].min().item():.3g}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("seqlen", SEQLENS)
+@pytest.mark.parametrize("zero_dq_accum", [True, False], ids=["zero_dq_accum", "d_only"])
+def test_preprocess(dtype, head_dim, seqlen, zero_dq_accum):
+    batch, nheads = 2, 3
+    out, dout = packed_pair(batch, seqlen, nheads, head_dim, dtype)
+    delta_buffer, delta = poisoned_view((batch, nheads, seqlen), (1, 1, 5))
+    accum_shape = (batch, seqlen, nheads, head_dim)
+    accum_buffer, dq_accum = poisoned_view(accum_shape, (1, 3, 1, 8))
+    launch_bwd_preprocess(dout, out, delta, dq_accum if zero_dq_accum else None)
+    torch.cuda.synchronize()
+    check_delta(delta, dout, out)
+    assert outside(delta_buffer, delta.shape).isnan().all(), "D written past its rows"
+    if zero_dq_accum:
+        assert (dq_accum == 0).all(), f"{(dq_accum != 0).sum().item()} elements of dQaccum not zeroed"
+    else:
+        assert dq_accum.isnan().all(), "dQaccum written although not given"
+    assert outside(accum_buffer, accum_shape).isnan().all(), "dQaccum written past its rows or head dim"
+
+
+def test_preprocess_grid_over_65535_heads():
+    """batch x nheads x row blocks is one grid dimension, past the 65535 limit of the others."""
+    out, dout = packed_pair(2, 3, 40000, 64, torch.bfloat16)
+    delta = torch.full((2, 40000, 3), torch.nan, device="cuda")
+    dq_accum = torch.full(out.shape, torch.nan, device="cuda")
+    launch_bwd_preprocess(dout, out, delta, dq_accum)
+    torch.cuda.synchronize()
+    check_delta(delta, dout, out)
+    assert (dq_accum == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("seqlen", SEQLENS)
+def test_postprocess(dtype, head_dim, seqlen):
+    batch, nheads, scale = 2, 3, head_dim**-0.5
+    dq_accum = torch.randn(batch, seqlen, 2, nheads, head_dim, device="cuda").mul(10)[:, :, 1]  # strided view
+    shape = (batch, seqlen, nheads, head_dim)
+    dq_buffer = torch.full((batch, seqlen + 3, nheads + 1, head_dim + 8), torch.nan, device="cuda", dtype=dtype)
+    dq = dq_buffer[:batch, :seqlen, :nheads, :head_dim]
+    launch_bwd_postprocess(dq_accum, dq, scale)
+    torch.cuda.synchronize()
+    # one float32 multiply and one round-to-nearest-even conversion, as torch does them: bitwise equal
+    assert torch.equal(dq, (dq_accum * scale).to(dtype))
+    assert outside(dq_buffer, shape).isnan().all(), "dQ written past its rows or head dim"
