@@ -10,6 +10,8 @@ index order. Two things follow from the order chosen here:
 The Hopper kernel is persistent: a grid of G thread blocks walks the tiles in rounds of G, and in odd rounds the
 blocks take the round's tiles in reverse (a snake). With tiles sorted longest first, every block then gets a
 long and a short tile in turn, so static assignment stays balanced under a causal mask.
+The Hopper backward orders its (n_block, kv head, batch) tiles with the same tile_coords, n_block counted from
+the first: there the first K/V tiles are seen by the most Q tiles.
 Plain Python arithmetic, like TileInfo: Int32 values in a kernel, ints in tests/test_scheduler.py.
 """
 

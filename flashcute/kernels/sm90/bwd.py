@@ -42,6 +42,7 @@ from flashcute.kernels.common import tma
 from flashcute.kernels.common.copy import make_gmem_tiled_copy
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.mask import TransposedMask
+from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
 from flashcute.kernels.common.softmax import LOG2_E, recompute_probs_t, softmax_grad_t
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, store_probs, transpose_view
@@ -197,6 +198,11 @@ class FlashAttentionBackwardSm90:
             window_left,
             window_right,
             num_n_blocks,
+            # Under a mask, K/V tiles go longest first in sections of kv heads whose Q and dO fit in L2 together;
+            # without one, every K/V tile of a head before the next head (all the same length).
+            heads_per_section(mQ.shape[1] * (mQ.shape[2] // mK.shape[2]), d)
+            if cutlass.const_expr(self.config.mask_right)
+            else 1,
             mQ.shape[1],
             mK.shape[1],
             mQ.shape[3],
@@ -240,6 +246,7 @@ class FlashAttentionBackwardSm90:
         window_left: Int32,
         window_right: Int32,
         num_n_blocks: Int32,
+        section: Int32,
         seqlen_q: Int32,
         seqlen_k: Int32,
         head_dim: Int32,
@@ -302,14 +309,15 @@ class FlashAttentionBackwardSm90:
             window_left,
             window_right,
         )
-        n_block = bidx % num_n_blocks
+        # longest first: under a causal mask the first K/V tiles are seen by the most Q tiles (scheduler.py)
+        last_first, kv_head_idx, batch_idx = tile_coords(bidx, num_n_blocks, nheads_k, mK.shape[3], section)
+        n_block = num_n_blocks - 1 - last_first
         m_block_min, m_block_max = tile_info.m_block_range(n_block)
-        kv_head_idx = (bidx // num_n_blocks) % nheads_k
         qheads_per_kvhead = mQ.shape[2] // nheads_k
         work = SimpleNamespace(
             n_block=n_block,
             kv_head_idx=kv_head_idx,
-            batch_idx=bidx // num_n_blocks // nheads_k,
+            batch_idx=batch_idx,
             first_head_idx=kv_head_idx * qheads_per_kvhead,
             qheads_per_kvhead=qheads_per_kvhead,
             m_block_min=m_block_min,
