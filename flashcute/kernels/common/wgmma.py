@@ -4,13 +4,20 @@ S = Q K^T reads both operands from shared memory through descriptors; O += P V t
 held S (converted to 16 bits) and V^T from a transposed view of the V tile, so V is never copied. wgmma runs
 asynchronously: ``gemm`` issues the k-steps and commits them as one group, and the caller waits for the group
 with ``warpgroup.wait_group`` before it reads the accumulator, so softmax can run while the tensor cores work.
+
+A shared-memory operand is a fragment of 64-bit descriptors (start address, strides, swizzle). The DSL builds a
+descriptor where an MMA uses it, from the shared-memory pointer, so inside a loop it is rebuilt every iteration;
+``fixed_descriptors`` computes it once, where it is called, and ``gemm_steps`` issues MMAs from per-k-step operands
+such as those, so a loop-invariant operand (Q) costs no descriptor arithmetic in the loop.
 """
 
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Float32
+from cutlass import Float32, Int64
+from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
+from cutlass.cute.nvgpu.tcgen05.helpers import int_to_smem_descriptor, smem_descriptor_to_int
 
 
 def make_tiled_mmas(dtype: type[cutlass.Numeric], block_n: int, head_dim: int) -> tuple[cute.TiledMma, cute.TiledMma]:
@@ -37,6 +44,52 @@ def transpose_view(sX: cute.Tensor) -> cute.Tensor:
     return cute.make_tensor(sX.iterator, cute.select(sX.layout, mode=[1, 0, 2]))
 
 
+def k_steps(frag: cute.Tensor) -> list[cute.Tensor]:
+    """The k-steps of an MMA operand fragment (MMA, MMA_M or MMA_N, MMA_K): one wgmma's operand each."""
+    return [frag[None, None, k] for k in range(cute.size(frag.shape[2]))]
+
+
+def fixed_descriptors(frag: cute.Tensor) -> cute.Tensor:
+    """The shared-memory descriptor fragment ``frag`` over a descriptor computed here, once.
+
+    Same layout, same descriptors: slicing the result adds the same offsets to the same base. The base goes through
+    an opaque move (inline PTX ``mov.b64``), so the compiler cannot fold it back into the pointer arithmetic it
+    would otherwise redo at every use; call this outside the loops that use the fragment.
+    """
+    desc = smem_descriptor_to_int(frag.iterator)
+    fixed = llvm.inline_asm(
+        Int64.mlir_type, [desc.ir_value()], "mov.b64 $0, $1;", "=l,l", has_side_effects=False, is_align_stack=False
+    )
+    return cute.make_tensor(int_to_smem_descriptor(fixed), frag.layout)
+
+
+@cute.jit
+def gemm_steps(
+    tiled_mma: cute.TiledMma,
+    acc: cute.Tensor,
+    a_steps: list[cute.Tensor],
+    b_steps: list[cute.Tensor],
+    zero_init: cutlass.Constexpr[bool],
+    wait: cutlass.Constexpr[int],
+):
+    """acc (+)= sum over k of a_steps[k] b_steps[k], as one committed wgmma group; then wait until at most ``wait``
+    groups are in flight (-1: do not wait). The operands are per k-step (``k_steps`` of a fragment, or of
+    ``fixed_descriptors`` taken outside a loop).
+
+    The accumulate flag is set on a fresh MMA atom of the same op (one warpgroup's tiled MMA is one atom): set on
+    the caller's object inside a run-time loop or branch, its value would escape that region.
+    """
+    mma = cute.make_mma_atom(tiled_mma.op)
+    warpgroup.fence()
+    mma.set(warpgroup.Field.ACCUMULATE, not zero_init)
+    for k in cutlass.range_constexpr(len(a_steps)):
+        cute.gemm(mma, acc, a_steps[k], b_steps[k], acc)
+        mma.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.commit_group()
+    if cutlass.const_expr(wait >= 0):
+        warpgroup.wait_group(wait)
+
+
 @cute.jit
 def gemm(
     tiled_mma: cute.TiledMma,
@@ -46,21 +99,9 @@ def gemm(
     zero_init: cutlass.Constexpr[bool],
     wait: cutlass.Constexpr[int],
 ):
-    """acc (+)= A B over all k-steps, as one committed wgmma group; then wait until at most ``wait`` groups are
-    in flight (-1: do not wait).
-
-    The accumulate flag is set on a fresh MMA atom of the same op (one warpgroup's tiled MMA is one atom): set on
-    the caller's object inside a run-time loop or branch, its value would escape that region.
-    """
-    mma = cute.make_mma_atom(tiled_mma.op)
-    warpgroup.fence()
-    mma.set(warpgroup.Field.ACCUMULATE, not zero_init)
-    for k in cutlass.range_constexpr(cute.size(tCrA.shape[2])):
-        cute.gemm(mma, acc, tCrA[None, None, k], tCrB[None, None, k], acc)
-        mma.set(warpgroup.Field.ACCUMULATE, True)
-    warpgroup.commit_group()
-    if cutlass.const_expr(wait >= 0):
-        warpgroup.wait_group(wait)
+    """acc (+)= A B over all k-steps of the fragments (MMA, MMA_M or MMA_N, MMA_K), as one committed wgmma group;
+    then wait until at most ``wait`` groups are in flight (-1: do not wait). See ``gemm_steps``."""
+    gemm_steps(tiled_mma, acc, k_steps(tCrA), k_steps(tCrB), zero_init, wait)
 
 
 @cute.jit

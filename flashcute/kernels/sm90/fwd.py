@@ -38,7 +38,15 @@ from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.scheduler import heads_per_section, persistent_tile, tile_coords
 from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
-from flashcute.kernels.common.wgmma import gemm, make_tiled_mmas, store_probs, transpose_view
+from flashcute.kernels.common.wgmma import (
+    fixed_descriptors,
+    gemm,
+    gemm_steps,
+    k_steps,
+    make_tiled_mmas,
+    store_probs,
+    transpose_view,
+)
 from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
 from flashcute.kernels.sm80.limits import MAX_SMEM_BYTES
 
@@ -432,10 +440,12 @@ class FlashAttentionForwardSm90:
         thr_mma_pv = tiled_mma_pv.get_slice(wg_tidx)
         sQ_wg = sQ[None, None, wg]
 
-        # ---- steps 3 and 6: MMA operands (shared-memory descriptors) and accumulators
-        tSrQ = thr_mma_qk.make_fragment_A(thr_mma_qk.partition_A(sQ_wg))
-        tSrK = thr_mma_qk.make_fragment_B(thr_mma_qk.partition_B(sK))
-        tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(transpose_view(sV)))
+        # ---- steps 3 and 6: MMA operands (shared-memory descriptors) and accumulators. The descriptors are built
+        # here, once for the whole kernel (wgmma.fixed_descriptors): Q's per k-step, since this warpgroup's Q tile
+        # never moves; K's and V's as a base, to which a step adds its stage's and k-steps' offsets.
+        tSrQ = [fixed_descriptors(q) for q in k_steps(thr_mma_qk.make_fragment_A(thr_mma_qk.partition_A(sQ_wg)))]
+        tSrK = fixed_descriptors(thr_mma_qk.make_fragment_B(thr_mma_qk.partition_B(sK)))
+        tOrVt = fixed_descriptors(thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(transpose_view(sV))))
         tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_shape_A((64, self.block_n)))
         acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, d)))
         softmax = OnlineSoftmax(scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]), chains=4)
@@ -568,7 +578,7 @@ class FlashAttentionForwardSm90:
         """Steps 3 to 5 for the first K/V tile visited (fully masked: it holds the seqlen_k tail)."""
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
         pipes.k.consumer_wait(state)
-        gemm(mma.tiled_mma_qk, acc_S, mma.tSrQ, mma.tSrK[None, None, None, state.index], True, 0)
+        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, k_steps(mma.tSrK[None, None, None, state.index]), True, 0)
         pipes.k.consumer_release(state)
         mask.apply(acc_S, m_block, n_block, True)
         row_scale = softmax.update(acc_S)
@@ -595,7 +605,7 @@ class FlashAttentionForwardSm90:
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
         pipes.k.consumer_wait(state)
         self.take_turn(wg)
-        gemm(mma.tiled_mma_qk, acc_S, mma.tSrQ, mma.tSrK[None, None, None, state.index], True, -1)
+        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, k_steps(mma.tSrK[None, None, None, state.index]), True, -1)
         if cutlass.const_expr(self.config.rescale_o_early):
             softmax.rescale_o(mma.acc_O, mma.row_scale)  # the previous tile's alpha, while Q K^T runs
         pipes.v.consumer_wait(v_state)
