@@ -172,9 +172,10 @@ def launch_bwd(
     window = {"window_left": window_left, "window_right": window_right}
     name = available_kernels(q.device)[0] if kernel == "auto" else kernel
     sm90 = name == "sm90" and not deterministic and sm90_bwd_supports(head_dim)
-    config = (
-        sm90_bwd_config(head_dim, dtype, **window) if sm90 else bwd_config(head_dim, dtype, deterministic, **window)
-    )
+    if sm90:
+        config = sm90_bwd_config(head_dim, dtype, **window)
+    else:
+        config = bwd_config(head_dim, dtype, deterministic=deterministic, **window)
     # The Hopper kernel bulk-copies D (and LSE) a whole Q tile at a time: rows up to the last tile's end.
     rows = -(-seqlen_q // config.block_m) * config.block_m if sm90 else seqlen_q
     delta = torch.empty((batch, nheads, rows), dtype=torch.float32, device=q.device)
