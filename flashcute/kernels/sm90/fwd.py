@@ -472,6 +472,8 @@ class FlashAttentionForwardSm90:
             self.consume_one_tile, mO, mLSE, tma_O, sO[None, None, wg], mma, pipes, softmax, mask, tiles, seqlen_q, wg
         )
         self.walk_tiles(tiles.num_tiles, consume_one_tile, q_state, kv_state)
+        if wg_tidx < 32:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last O store has read shared memory
 
     @cute.jit
     def consume_one_tile(
@@ -546,7 +548,7 @@ class FlashAttentionForwardSm90:
         n_block_min, n_block_max = tile.n_block_min, tile.n_block_max
         left_end, right_start = tile_info.masked_runs(tile.m_block, n_block_min, n_block_max)
         # The first tile's S and P; its P V is issued together with the next tile's Q K^T.
-        self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, n_block_max - 1)
+        self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, n_block_max - 1, wg)
         step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, wg)
         for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):
             state = step(state, n_block_max - 2 - i, True)
@@ -574,11 +576,17 @@ class FlashAttentionForwardSm90:
         mask: AttentionMask,
         m_block: Int32,
         n_block: Int32,
+        wg: Int32,
     ):
-        """Steps 3 to 5 for the first K/V tile visited (fully masked: it holds the seqlen_k tail)."""
+        """Steps 3 to 5 for the first K/V tile visited (fully masked: it holds the seqlen_k tail). Its Q K^T takes
+        a turn like every other step's MMAs, so the other warpgroups wait for this one's epilogue and first Q K^T
+        only, not also for its first softmax."""
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
         pipes.k.consumer_wait(state)
-        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, k_steps(mma.tSrK[None, None, None, state.index]), True, 0)
+        self.take_turn(wg)
+        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, k_steps(mma.tSrK[None, None, None, state.index]), True, -1)
+        self.pass_turn(wg)
+        cute.nvgpu.warpgroup.wait_group(0)
         pipes.k.consumer_release(state)
         mask.apply(acc_S, m_block, n_block, True)
         row_scale = softmax.update(acc_S)
@@ -652,10 +660,16 @@ class FlashAttentionForwardSm90:
         """Registers -> this warpgroup's (64, D) shared-memory tile -> TMA store.
 
         sO is this warpgroup's alone: its own buffer, or its part of sQ, which only its own Q K^T read. The barrier
-        first makes every thread wait for the warp that stored the previous tile's O from the same buffer.
+        first makes every thread wait for the warp that stored the previous tile's O from the same buffer. In its
+        own buffer, the store of O runs on while the warpgroup goes on to the next tile: the storing warp waits for
+        it to have read the buffer only before the next tile's O is written there (and at the end, consume). Under
+        sQ it waits at once, since Q's buffer is released for the next Q right after.
         """
         rO = cute.make_fragment_like(acc_O, self.dtype)
         rO.store(acc_O.load().to(self.dtype))
+        if cutlass.const_expr(not self.config.o_aliases_q):  # noqa: SIM102 (a compile-time test around a run-time one)
+            if wg_tidx < 32:
+                cute.arch.cp_async_bulk_wait_group(0, read=True)  # the previous tile's store has read sO
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER + wg, number_of_threads=128)
         smem_copy = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype), tiled_mma_pv)
         thr_copy = smem_copy.get_slice(wg_tidx)
@@ -669,4 +683,5 @@ class FlashAttentionForwardSm90:
             )
             cute.copy(tma_O, tOsO, tOgO)
             cute.arch.cp_async_bulk_commit_group()
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
+            if cutlass.const_expr(self.config.o_aliases_q):
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
