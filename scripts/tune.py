@@ -29,7 +29,7 @@ from flashcute.reference import attention_ref
 
 SM90_CANDIDATES = {
     32: [(128, 128, 2, False), (192, 128, 2, False)],
-    64: [(192, 128, 2, False), (128, 128, 2, False), (192, 96, 2, False)],
+    64: [(192, 128, 2, False), (128, 128, 2, False), (192, 112, 2, False), (192, 96, 2, False)],
     96: [(128, 128, 2, False), (192, 128, 2, False), (128, 96, 2, False)],
     128: [(128, 128, 2, False), (128, 128, 2, True), (128, 176, 2, False), (128, 112, 2, False)],
     192: [(128, 96, 2, True), (128, 112, 2, True), (128, 64, 2, True)],
