@@ -44,6 +44,22 @@ class TileInfo:
         self.window_left = window_left
         self.window_right = window_right
 
+    @classmethod
+    def of(cls, config, seqlen_q: Int32, seqlen_k: Int32, diag_offset: Int32, window_left: Int32, window_right: Int32):
+        """The bounds for a kernel configured by ``config`` (its block_m, block_n and mask flags) and one call's
+        sizes and window."""
+        return cls(
+            config.block_m,
+            config.block_n,
+            config.mask_right,
+            config.mask_left,
+            seqlen_q,
+            seqlen_k,
+            diag_offset,
+            window_left,
+            window_right,
+        )
+
     def n_block_range(self, m_block: Int32):
         """(n_block_min, n_block_max): the K/V tiles that hold at least one key some row of this tile sees."""
         n_block_max = cute.ceil_div(self.seqlen_k, self.block_n)

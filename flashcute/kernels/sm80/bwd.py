@@ -230,17 +230,7 @@ class FlashAttentionBackwardSm80:
         seqlen_k = mK.shape[1]
         head_dim = mQ.shape[3]
         check_hdim = not cfg.exact_head_dim
-        tile_info = TileInfo(
-            self.block_m,
-            self.block_n,
-            cfg.mask_right,
-            cfg.mask_left,
-            seqlen_q,
-            seqlen_k,
-            diag_offset,
-            window_left,
-            window_right,
-        )
+        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
         m_block_min, m_block_max = tile_info.m_block_range(n_block)
         scale_log2 = softmax_scale * LOG2_E
 

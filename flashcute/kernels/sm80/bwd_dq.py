@@ -141,17 +141,7 @@ class FlashAttentionBackwardDQSm80:
         kv_head_idx = head_idx // (nheads // mK.shape[2])
         seqlen_q, seqlen_k, head_dim = mQ.shape[1], mK.shape[1], mQ.shape[3]
         check_hdim = not cfg.exact_head_dim
-        tile_info = TileInfo(
-            self.block_m,
-            self.block_n,
-            cfg.mask_right,
-            cfg.mask_left,
-            seqlen_q,
-            seqlen_k,
-            diag_offset,
-            window_left,
-            window_right,
-        )
+        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
         n_block_min, n_block_max = tile_info.n_block_range(m_block)
         tile_q = (self.block_m, self.head_dim_padded)
         tile_kv = (self.block_n, self.head_dim_padded)

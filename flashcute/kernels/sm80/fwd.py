@@ -150,17 +150,7 @@ class FlashAttentionForwardSm80:
         seqlen_q = mQ.shape[1]
         seqlen_k = mK.shape[1]
         head_dim = mQ.shape[3]
-        tile_info = TileInfo(
-            self.block_m,
-            self.block_n,
-            cfg.mask_right,
-            cfg.mask_left,
-            seqlen_q,
-            seqlen_k,
-            diag_offset,
-            window_left,
-            window_right,
-        )
+        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
         n_block_min, n_block_max = tile_info.n_block_range(m_block)
         left_end, right_start = tile_info.masked_runs(m_block, n_block_min, n_block_max)
 

@@ -298,17 +298,7 @@ class FlashAttentionBackwardSm90:
         # ---- step 1: our K/V tile, and the (query head, Q tile) pairs that see it
         bidx, _, _ = cute.arch.block_idx()
         nheads_k = mK.shape[2]
-        tile_info = TileInfo(
-            self.block_m,
-            self.block_n,
-            cfg.mask_right,
-            cfg.mask_left,
-            seqlen_q,
-            seqlen_k,
-            diag_offset,
-            window_left,
-            window_right,
-        )
+        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
         # longest first: under a causal mask the first K/V tiles are seen by the most Q tiles (scheduler.py)
         last_first, kv_head_idx, batch_idx = tile_coords(bidx, num_n_blocks, nheads_k, mK.shape[3], section)
         n_block = num_n_blocks - 1 - last_first

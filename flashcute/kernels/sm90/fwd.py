@@ -230,17 +230,7 @@ class FlashAttentionForwardSm90:
             else storage.sO.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         )
 
-        tile_info = TileInfo(
-            self.block_m,
-            self.block_n,
-            cfg.mask_right,
-            cfg.mask_left,
-            seqlen_q,
-            seqlen_k,
-            diag_offset,
-            window_left,
-            window_right,
-        )
+        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
         # ---- step 1, for every tile this thread block takes: see scheduler.py for the order
         tiles = SimpleNamespace(
             num_m_blocks=num_m_blocks,
