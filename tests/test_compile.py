@@ -237,11 +237,11 @@ def test_sass_holds_the_algorithms_instructions(reports, config: AnyConfig, arch
         for opcode in ("HMMA", "LDGSTS"):
             assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
         return
-    if isinstance(config, Sm90BwdConfig):  # TMA tiles, bulk-copied LSE and D rows, dQ reductions in pairs
-        for opcode in ("HGMMA", "UTMALDG", "UBLKCP", "SYNCS", "USETMAXREG", "MUFU.EX2", "REDG.E.ADD.F32x2"):
+    if isinstance(config, Sm90BwdConfig):  # TMA tiles, bulk-copied LSE and D rows, dQ by TMA reduce-adds
+        for opcode in ("HGMMA", "UTMALDG", "UBLKCP", "UTMAREDG", "SYNCS", "USETMAXREG", "MUFU.EX2"):
             assert report.count(opcode) > 0, f"no {opcode} in the SASS"
-        for opcode in ("HMMA", "LDGSTS"):
-            assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
+        for opcode in ("HMMA", "LDGSTS", "REDG", "RED.E"):
+            assert report.count(opcode) == 0, f"{opcode} in the Hopper backward's SASS"
         return
     mma = "HMMA.16816.F32.BF16" if config.dtype == "bfloat16" else "HMMA.16816.F32"
     assert {op for op in report.opcodes if op.startswith("HMMA")} == {mma}
