@@ -10,14 +10,18 @@ from flashcute.config import (
     HEAD_DIM_BUCKETS,
     SM90_MAX_SMEM_BYTES,
     BwdPreConfig,
+    Sm90BwdConfig,
     Sm90FwdConfig,
     bwd_post_config,
     bwd_pre_config,
+    sm90_bwd_config,
+    sm90_bwd_supports,
     sm90_fwd_config,
 )
 from flashcute.kernels.sm80.bwd_post import FlashAttentionBackwardPostprocessSm80
 from flashcute.kernels.sm80.bwd_pre import FlashAttentionBackwardPreprocessSm80
 from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
+from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
 from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 from flashcute.kernels.variants import (
     ALTERNATIVE_TILES,
@@ -25,6 +29,7 @@ from flashcute.kernels.variants import (
     alternative_tile_variants,
     bwd_prepost_variants,
     fwd_variants,
+    sm90_bwd_variants,
     sm90_fwd_variants,
 )
 
@@ -88,3 +93,39 @@ def test_bwd_prepost_kernels_refuse_what_the_copy_cannot_tile():
     assert "2048 threads" in FlashAttentionBackwardPostprocessSm80.can_implement(warps, "sm_90a")
     dtype = dataclasses.replace(bwd_post_config(64, "float16"), dtype="float32")
     assert "float32" in FlashAttentionBackwardPostprocessSm80.can_implement(dtype, "sm_80")
+
+
+@pytest.mark.parametrize("config", sm90_bwd_variants(), ids=str)
+def test_every_sm90_bwd_config_fits_sm90a(config: Sm90BwdConfig):
+    assert FlashAttentionBackwardSm90.can_implement(config, "sm_90a") is None
+    assert config.smem_bytes() <= SM90_MAX_SMEM_BYTES
+    assert config.num_threads == 384  # a producer warpgroup and two consumer warpgroups of 64 key rows
+    # dQ is split between the two warpgroups by rows (128-row Q tiles) or by the head dim (64-row ones)
+    assert config.dq_split_rows == (config.block_m == 128)
+
+
+def test_sm90_bwd_head_dims():
+    assert [d for d in range(8, 257, 8) if sm90_bwd_supports(d)] == [*range(40, 65, 8), *range(104, 129, 8)]
+    assert sm90_bwd_config(120, "float16").head_dim_padded == 128
+    assert not sm90_bwd_config(120, "float16").exact_head_dim
+
+
+def test_sm90_bwd_refuses_other_targets_and_bad_tiles():
+    config = sm90_bwd_config(128, "bfloat16")
+    assert "sm_90a" in FlashAttentionBackwardSm90.can_implement(config, "sm_80")
+    cases = {
+        (128, 64, 2): "block_n=64",
+        (96, 128, 2): "block_m=96",
+        (64, 128, 1): "num_stages=1",
+    }
+    for tiles, message in cases.items():
+        assert message in FlashAttentionBackwardSm90.can_implement(
+            sm90_bwd_config(128, "bfloat16", tiles=tiles), "sm_90a"
+        )
+    # 64-row Q tiles split dQ's head dim in two 64-column halves: not at head dim 64
+    assert "head_dim_padded=64" in FlashAttentionBackwardSm90.can_implement(
+        sm90_bwd_config(64, "bfloat16", tiles=(64, 128, 2)), "sm_90a"
+    )
+    assert "shared memory" in FlashAttentionBackwardSm90.can_implement(
+        sm90_bwd_config(128, "bfloat16", tiles=(128, 128, 2)), "sm_90a"
+    )
