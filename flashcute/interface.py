@@ -88,6 +88,18 @@ def _run_on_device(device: torch.device, kernel, *args) -> None:
             kernel(*args)
 
 
+def tma_addressable(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the Hopper kernels' TMA tensor maps can describe it: a broadcast dim (stride 0, size > 1) is
+    materialized (a copy), and a size-1 dim with stride 0 gets the contiguous stride (a view). Other layouts are
+    returned as they are."""
+    if any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape, strict=True)):
+        t = t.contiguous()
+    if 0 in t.stride():
+        strides = [stride or math.prod(t.shape[dim + 1 :]) for dim, stride in enumerate(t.stride())]
+        t = t.as_strided(t.shape, strides)
+    return t
+
+
 def launch_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -107,6 +119,8 @@ def launch_fwd(
     _check_kernel(kernel, q.device)
     validate_pointers(q=q, k=k, v=v)
     name = available_kernels(q.device)[0] if kernel == "auto" else kernel
+    if name == "sm90":
+        q, k, v = (tma_addressable(t) for t in (q, k, v))
     make_config = sm90_fwd_config if name == "sm90" else fwd_config
     config = make_config(q.shape[-1], _dtype_name(q), window_left=window_left, window_right=window_right)
     arch = device_arch(q.device)
@@ -186,6 +200,7 @@ def launch_bwd(
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     if sm90:
+        q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
         # past seqlen_q, and where a row saw no key (LSE = -inf): LSE * log2(e) = +inf, so P = 0; D = 0
         delta[..., seqlen_q:] = 0.0
         lse_log2 = torch.full((batch, nheads, rows), math.inf, dtype=torch.float32, device=q.device)

@@ -96,6 +96,15 @@ def test_packed_qkv_views(kernel):
     check(hq[:, :, 0::3], hq[:, :, 1::3], hq[:, :, 2::3], kernel)
 
 
+def test_broadcast_kv_and_stride_zero_dims(kernel):
+    """K and V shared by every batch element through expand (stride 0), and a size-1 dim with stride 0."""
+    q = randn(3, 200, 4, 64)
+    k, v = (randn(1, 150, 2, 64).expand(3, 150, 2, 64) for _ in "kv")
+    check(q, k, v, kernel, causal=True)
+    one = randn(150, 2, 64).as_strided((1, 150, 2, 64), (0, 128, 64, 1))
+    check(q[:1], one, one, kernel)
+
+
 def test_many_heads_times_batch(kernel):
     """batch * heads > 65535 thread blocks along one grid dim would overflow gridDim.y/z."""
     q = randn(1100, 1, 64, 32)

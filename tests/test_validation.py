@@ -136,3 +136,16 @@ def test_option_errors(name, value, error, message):
 def test_tile_size_errors(block_m, block_n, error, message):
     with pytest.raises(error, match=re.escape(message)):
         validate_tile_sizes(block_m, block_n)
+
+
+def test_tma_addressable_materializes_broadcast_dims_only():
+    from flashcute.interface import tma_addressable
+
+    k = torch.randn(1, 64, 2, 32).expand(3, 64, 2, 32)
+    dense = tma_addressable(k)
+    assert dense.stride() == (4096, 64, 32, 1) and torch.equal(dense, k)
+    one = torch.randn(64, 2, 32).as_strided((1, 64, 2, 32), (0, 64, 32, 1))
+    view = tma_addressable(one)
+    assert view.stride() == (4096, 64, 32, 1) and view.data_ptr() == one.data_ptr()
+    sliced = torch.randn(2, 64, 3, 32)[:, :, 1:]
+    assert tma_addressable(sliced) is sliced
