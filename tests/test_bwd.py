@@ -49,7 +49,13 @@ def check_grads(q, k, v, atol=1e-4, deterministic=False, kernel=None, **options)
         assert rel <= 2 * base_rel + atol, f"{name}: relative L2 {rel:.3g} > 2 x baseline {base_rel:.3g} + {atol}"
 
 
-MASKS = [{}, {"causal": True}, {"causal": True, "causal_align": "top_left"}, {"window_size": (40, 9)}]
+MASKS = [
+    {},
+    {"causal": True},
+    {"causal": True, "causal_align": "top_left"},
+    {"window_size": (40, 9)},
+    {"window_size": (50, -1), "causal_align": "top_left"},
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
