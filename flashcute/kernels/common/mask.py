@@ -17,6 +17,11 @@ class AttentionMask:
 
     By default the MMA covers the whole (block_m, block_n) tile. A Hopper consumer warpgroup covers only its
     ``mma_rows`` rows of it, starting ``row_offset`` rows into the tile.
+
+    Each element is written through a select (``-inf if ... else s``), never under an ``if``: a run-time ``if``
+    that writes a fragment element makes the DSL carry the whole fragment out of the branch, and ptxas then emits
+    about 15 FSEL an element (sm90 d64 causal, 192-row tile: 996 FSEL and 14 spills in a masked main-loop step of
+    1507 instructions, against 66 FSEL, no spills and 558 instructions with selects).
     """
 
     def __init__(
@@ -52,10 +57,9 @@ class AttentionMask:
             for c in cutlass.range_constexpr(cute.size(s.shape[1])):
                 col = self.t0ScS[0, c][1]
                 if cutlass.const_expr(mask_rows and info.mask_left):
-                    if col >= hi or col < lo:
-                        s[r, c] = -Float32.inf
-                elif col >= hi:
-                    s[r, c] = -Float32.inf
+                    s[r, c] = -Float32.inf if col >= hi or col < lo else s[r, c]
+                else:
+                    s[r, c] = -Float32.inf if col >= hi else s[r, c]
 
 
 class TransposedMask:
@@ -89,7 +93,6 @@ class TransposedMask:
             for c in cutlass.range_constexpr(cute.size(s.shape[1])):
                 col = self.t0ScS[0, c][1]
                 if cutlass.const_expr(info.mask_left):
-                    if col < lo or col > hi:
-                        s[r, c] = -Float32.inf
-                elif col < lo:
-                    s[r, c] = -Float32.inf
+                    s[r, c] = -Float32.inf if col < lo or col > hi else s[r, c]
+                else:
+                    s[r, c] = -Float32.inf if col < lo else s[r, c]
