@@ -65,6 +65,9 @@ class FwdConfig:
 #          -> (128,64,4,1): 2 stages wins only at 16k and by 1%; one stage keeps 64 KB free for a third CTA's worth
 #   D=256: (128,64,8,1) 340/342 | 294/351   (64,64,4,1)  323/318 | 297/313   (64,64,4,2) 296/300 | 279/294
 #          (64,32,4,1)  300/302 | 275/302  -> (128,64,8,1)
+# The causal d64 tile was 128x128 while the 192-row tile spilled; with the mask written through selects (c12ef6c)
+# it does not, and 192x128 wins from 4k on (4k/16k 428/467 against 403/412 persistent, 424/506 against 387/437
+# with one block per tile); at 1k 128x128 is ahead (285 against 264), but one tile for every length is kept.
 # D=32, 96 and 192 were not swept yet; they take their neighbours' shapes within the register and shared-memory
 # budgets (acc_O holds block_m * D / threads fp32 values a thread, acc_S block_m * block_n / threads).
 _SM80_TILES: dict[int, tuple[int, int, int, int]] = {
@@ -149,6 +152,20 @@ class Sm90FwdConfig:
         and alignment."""
         return self._smem_bytes(separate_o=not self.o_aliases_q)
 
+    def grid_limit(self, seqlen_k: int, num_sms: int) -> int:
+        """The most thread blocks a launch may have: ``num_sms`` (persistent, each block walks several tiles),
+        except under a causal mask with long K/V walks, where every tile gets its own thread block and the
+        hardware hands them out as blocks finish (its dynamic balancing beats our static snake order there).
+
+        Measured on one H200 (c12ef6c, bf16, B = 16384 / L, H = 2048 / D, TFLOP/s persistent -> one block per
+        tile, at L = 1k / 4k / 16k): D=64 192x128 264 -> 237 / 428 -> 424 / 467 -> 506; D=128 417 -> 378 /
+        622 -> 614 / 564 -> 671; D=256 128x64 436 -> 426 / 558 -> 633 / 559 -> 684; fp16 alike. Without a mask
+        persistent wins at every point (D=128 583 -> 553 / 656 -> 613 / 655 -> 649). The switch is where the
+        longest walk passes 32 K/V tiles (D=128: between 4k and 16k; D=256, 64-row K/V tiles: at 4k).
+        """
+        long_walk = -(-seqlen_k // self.block_n) > 32
+        return 1 << 30 if self.mask_right and long_walk else num_sms
+
     def _smem_bytes(self, separate_o: bool) -> int:
         rows = self.block_m * (2 if separate_o else 1) + 2 * self.num_stages * self.block_n
         return 2 * self.head_dim_padded * rows + 1024
@@ -171,7 +188,7 @@ class Sm90FwdConfig:
 # D=32, 96 and 192 were not swept; they take FlashAttention-3's H100 shapes within the register budget.
 _SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
     32: ((128, 128, 2), (128, 128, 2)),
-    64: ((192, 128, 2), (128, 128, 2)),
+    64: ((192, 128, 2), (192, 128, 2)),
     96: ((128, 128, 2), (128, 128, 2)),
     128: ((128, 128, 2), (128, 128, 2)),
     192: ((128, 96, 2), (128, 96, 2)),

@@ -126,8 +126,10 @@ def launch_fwd(
     arch = device_arch(q.device)
     kernel = compile_cache.get_compiled(arch, config, functools.partial(compile_fwd, config, arch))
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    if name == "sm90":  # the persistent grid: at most one thread block per SM
-        scalars += (_num_sms(torch.cuda._utils._get_device_index(q.device, optional=True)),)
+    if name == "sm90":
+        scalars += (
+            config.grid_limit(k.shape[1], _num_sms(torch.cuda._utils._get_device_index(q.device, optional=True))),
+        )
     _run_on_device(q.device, kernel, q, k, v, out, lse, *scalars)
 
 

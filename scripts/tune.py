@@ -96,9 +96,9 @@ def sweep_point(kernel_name: str, arch: str, dtype: torch.dtype, d: int, causal:
         pass
     dtype_name = str(dtype).removeprefix("torch.")
     sm90 = kernel_name == "sm90"
-    extra = (_num_sms(torch.cuda.current_device()),) if sm90 else ()
     for candidate in (SM90_CANDIDATES if sm90 else CANDIDATES)[d]:
         config = make_config(kernel_name, d, dtype_name, causal, candidate)
+        extra = (config.grid_limit(seqlen, _num_sms(torch.cuda.current_device())),) if sm90 else ()
         kernel = compile_cache.get_compiled(arch, config, partial(compile_fwd, config, arch))
         out, lse = torch.empty_like(q), torch.empty(batch, heads, seqlen, device="cuda")
         run = partial(kernel, q, k, v, out, lse, 1 / math.sqrt(d), 0, -1, 0 if causal else -1, *extra)

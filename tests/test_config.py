@@ -67,10 +67,21 @@ def test_o_gets_its_own_shared_memory_where_it_fits():
 def test_sm90_heuristic_by_mask(window):
     left, right = window
     config = sm90_fwd_config(64, "bfloat16", window_left=left, window_right=right)
-    masked = left >= 0 or right >= 0
-    assert (config.block_m, config.block_n) == ((128, 128) if masked else (192, 128))
+    assert (config.block_m, config.block_n) == (192, 128)
     assert (config.mask_right, config.mask_left) == (right >= 0, left >= 0)
     assert sm90_fwd_config(256, "bfloat16").rescale_o_early and not sm90_fwd_config(128, "bfloat16").rescale_o_early
+
+
+@pytest.mark.parametrize("window", MASK_VARIANTS, ids=str)
+def test_sm90_grid_is_persistent_but_for_long_causal_walks(window):
+    left, right = window
+    config = sm90_fwd_config(128, "bfloat16", window_left=left, window_right=right)  # 128-row K/V tiles
+    assert config.grid_limit(32 * 128, 132) == 132  # a walk of 32 K/V tiles: persistent
+    assert config.grid_limit(1, 132) == 132
+    # past 32, every tile its own thread block, under a right (causal) mask only
+    assert config.grid_limit(32 * 128 + 1, 132) == (1 << 30 if right >= 0 else 132)
+    d256 = sm90_fwd_config(256, "bfloat16", causal=True)  # 64-row K/V tiles: the walk passes 32 at 2k
+    assert d256.grid_limit(2048, 132) == 132 and d256.grid_limit(2049, 132) == 1 << 30
 
 
 def test_alternative_tiles_are_not_the_heuristics_pick():

@@ -94,7 +94,8 @@ def _compile(kernel, config, arch: str, dump_dir: Path | None, *tensors, scalars
 
 def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | None = None):
     """A forward kernel, sm80 or sm90 by the config's type: (q, k, v, out, lse, softmax_scale, diag_offset,
-    window_left, window_right), and for sm90 then num_sms, the most thread blocks its persistent grid may have."""
+    window_left, window_right), and for sm90 then max_grid, the most thread blocks its grid may have
+    (Sm90FwdConfig.grid_limit)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
     from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90

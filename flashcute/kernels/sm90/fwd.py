@@ -13,7 +13,8 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
 - Persistent. The grid has one thread block per SM (or fewer), and each walks tiles block_idx, block_idx +
-  grid, ... in the order of kernels/common/scheduler.py. The producer runs ahead into the next tile: its Q and
+  grid, ... in the order of kernels/common/scheduler.py. (Under a causal mask with long K/V walks the host gives
+  every tile its own thread block instead: Sm90FwdConfig.grid_limit.) The producer runs ahead into the next tile: its Q and
   first K/V tiles load while the consumers finish and store this one. O has its own shared memory where it fits
   (head dim <= 128); at 192 and 256 it reuses Q's, so the next Q loads only after O has left.
 
@@ -103,7 +104,7 @@ class FlashAttentionForwardSm90:
         diag_offset: Int32,
         window_left: Int32,
         window_right: Int32,
-        num_sms: Int32,
+        max_grid: Int32,  # Sm90FwdConfig.grid_limit
         stream: cuda.CUstream,
     ):
         d = self.head_dim_padded
@@ -162,7 +163,7 @@ class FlashAttentionForwardSm90:
             tiled_mma_pv,
             SharedStorage,
         ).launch(
-            grid=[cutlass.min(num_tiles, num_sms), 1, 1],
+            grid=[cutlass.min(num_tiles, max_grid), 1, 1],
             block=[self.config.num_threads, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
