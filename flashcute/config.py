@@ -65,9 +65,6 @@ class FwdConfig:
 #          -> (128,64,4,1): 2 stages wins only at 16k and by 1%; one stage keeps 64 KB free for a third CTA's worth
 #   D=256: (128,64,8,1) 340/342 | 294/351   (64,64,4,1)  323/318 | 297/313   (64,64,4,2) 296/300 | 279/294
 #          (64,32,4,1)  300/302 | 275/302  -> (128,64,8,1)
-# The causal d64 tile was 128x128 while the 192-row tile spilled; with the mask written through selects (c12ef6c)
-# it does not, and 192x128 wins from 4k on (4k/16k 428/467 against 403/412 persistent, 424/506 against 387/437
-# with one block per tile); at 1k 128x128 is ahead (285 against 264), but one tile for every length is kept.
 # D=32, 96 and 192 were not swept yet; they take their neighbours' shapes within the register and shared-memory
 # budgets (acc_O holds block_m * D / threads fp32 values a thread, acc_S block_m * block_n / threads).
 _SM80_TILES: dict[int, tuple[int, int, int, int]] = {
@@ -185,7 +182,15 @@ class Sm90FwdConfig:
 #   D=128: (128,128,2) 499/609/652 | 347/540/562   (128,128,2)e 507/624/608 | 349/531/567
 #   D=256: (128,80,2)e 597/687/609 | 409/543/592   (128,80,2)  600/677/653 | 408/553/605
 #          (128,64,2)e 615/683/685 | 439/579/605
+# then with the mask written through selects (c12ef6c; persistent / one block per tile as grid_limit picks),
+# bf16 | fp16, 1k/4k/16k:
+#   D=64 causal: (192,128,2) 264/428/506 | 263/413/501   (128,128,2) 285/403/437 | 281/377/409
+#     (the 192-row tile spilled under a mask before; at 1k 128x128 is ahead, but one tile for every length is kept)
+#   D=256:   (128,64,2)e 627/731/720 | 584/643/624   (128,80,2)e 618/676/684 | 609/668/658
+#     causal (128,64,2)e 436/633/684 | 419/568/630   (128,80,2)e 426/603/673 | 427/617/694
+#     (bf16 runs best on 64-row K/V tiles, fp16 on 80-row ones, causal or not: D256_BLOCK_N)
 # D=32, 96 and 192 were not swept; they take FlashAttention-3's H100 shapes within the register budget.
+D256_BLOCK_N = {"bfloat16": 64, "float16": 80}
 _SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
     32: ((128, 128, 2), (128, 128, 2)),
     64: ((192, 128, 2), (192, 128, 2)),
@@ -211,6 +216,8 @@ def sm90_fwd_config(
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
+    if tiles is None and bucket == 256:
+        block_n = D256_BLOCK_N[dtype]
     return Sm90FwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,

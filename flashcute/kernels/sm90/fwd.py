@@ -13,10 +13,11 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
 - Persistent. The grid has one thread block per SM (or fewer), and each walks tiles block_idx, block_idx +
-  grid, ... in the order of kernels/common/scheduler.py. (Under a causal mask with long K/V walks the host gives
-  every tile its own thread block instead: Sm90FwdConfig.grid_limit.) The producer runs ahead into the next tile: its Q and
-  first K/V tiles load while the consumers finish and store this one. O has its own shared memory where it fits
-  (head dim <= 128); at 192 and 256 it reuses Q's, so the next Q loads only after O has left.
+  grid, ... in the order of kernels/common/scheduler.py (under a causal mask with long K/V walks the host gives
+  every tile its own thread block instead: Sm90FwdConfig.grid_limit). The producer runs ahead into the next
+  tile: its Q and first K/V tiles load while the consumers finish and store this one. O has its own shared
+  memory where it fits (head dim <= 128); at 192 and 256 it reuses Q's, so the next Q loads only after O has
+  left.
 
 K/V tiles are walked from the last to the first, split into masked and unmasked runs by TileInfo exactly as in the
 sm80 kernel. A Q tile that sees no key at all loads only Q and writes O = 0, LSE = -inf.
