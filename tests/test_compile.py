@@ -49,8 +49,9 @@ VARIANTS = [(config, arch) for arch in ARCHS for config in CONFIGS] + [(c, "sm_9
 IDS = [f"{arch}-{variant_label(config)}" for config, arch in VARIANTS]
 
 # Variants that spill registers to local memory, found by compiling them all (`flashcute check --arch sm_80 sm_90a`
-# prints the same table) at commit 6ab88b2, with the reason. Every 4-warp variant already uses all 255 registers a
-# thread can have; how much spills where varies with dtype, mask and target as ptxas schedules differently.
+# prints the same table) at commit 6ab88b2, with the reason, and re-found after the mask's selects (c12ef6c: 11 fewer
+# sm80-path variants spill, 5 others now do). Every 4-warp variant already uses all 255 registers a thread can have;
+# how much spills where varies with dtype, mask and target as ptxas schedules differently.
 _D32 = (
     "128x128 tile, 4 warps: acc_S alone is 128 fp32 registers a thread (128 x 128 / 128 threads) beside acc_O's 32 "
     "and the Q/K/V fragments: 24-168 bytes of stack. The d32 tile is not swept on the GPU yet (config.py)"
@@ -84,40 +85,33 @@ KNOWN_SPILLS: dict[str, str] = {
     **dict.fromkeys([i for i in IDS if i.startswith("sm_90a-sm90bwd-")], _SM90_BWD),
     **dict.fromkeys(
         [
-            "sm_80-bwd-bfloat16-d128-64x128w8-nomask",
-            "sm_80-bwd-bfloat16-d128-64x128w8-right",
             "sm_80-bwd-bfloat16-d192-64x64w8-both",
             "sm_80-bwd-bfloat16-d192-64x64w8-left",
             "sm_80-bwd-bfloat16-d192-64x64w8-right",
             "sm_80-bwd-bfloat16-d256-64x64w8-left",
-            "sm_80-bwd-bfloat16-d96-64x128w8-right",
             "sm_80-bwd-float16-d128-64x128w8-nomask",
-            "sm_80-bwd-float16-d128-64x128w8-right",
             "sm_80-bwd-float16-d256-64x64w8-both",
             "sm_80-bwd-float16-d256-64x64w8-left",
             "sm_80-bwd-float16-d256-64x64w8-nomask",
             "sm_80-bwd-float16-d256-64x64w8-right",
-            "sm_80-bwd-float16-d96-64x128w8-right",
             "sm_80-bwdnodq-bfloat16-d128-64x128w8-both",
             "sm_80-bwdnodq-bfloat16-d128-64x128w8-left",
             "sm_80-bwdnodq-bfloat16-d128-64x128w8-nomask",
             "sm_80-bwdnodq-bfloat16-d128-64x128w8-right",
+            "sm_80-bwdnodq-bfloat16-d96-64x128w8-right",
             "sm_80-bwdnodq-float16-d128-64x128w8-both",
             "sm_80-bwdnodq-float16-d128-64x128w8-left",
             "sm_80-bwdnodq-float16-d128-64x128w8-nomask",
             "sm_80-bwdnodq-float16-d128-64x128w8-right",
-            "sm_90a-bwd-bfloat16-d128-64x128w8-right",
+            "sm_80-bwdnodq-float16-d96-64x128w8-right",
             "sm_90a-bwd-bfloat16-d256-64x64w8-right",
-            "sm_90a-bwd-float16-d128-64x128w8-right",
             "sm_90a-bwdnodq-bfloat16-d128-64x128w8-both",
             "sm_90a-bwdnodq-bfloat16-d128-64x128w8-nomask",
             "sm_90a-bwdnodq-bfloat16-d128-64x128w8-right",
-            "sm_90a-bwdnodq-bfloat16-d96-64x128w8-nomask",
             "sm_90a-bwdnodq-float16-d128-64x128w8-both",
             "sm_90a-bwdnodq-float16-d128-64x128w8-nomask",
             "sm_90a-bwdnodq-float16-d128-64x128w8-right",
             "sm_90a-bwdnodq-float16-d96-64x128w8-both",
-            "sm_90a-bwdnodq-float16-d96-64x128w8-nomask",
         ],
         _BWD,
     ),
@@ -128,14 +122,12 @@ KNOWN_SPILLS: dict[str, str] = {
             "sm_80-bfloat16-d32-128x128w4s1-nomask",
             "sm_80-bfloat16-d32-128x128w4s1-right",
             "sm_80-float16-d32-128x128w4s1-both",
-            "sm_80-float16-d32-128x128w4s1-nomask",
             "sm_80-float16-d32-128x128w4s1-right",
             "sm_90a-bfloat16-d32-128x128w4s1-both",
             "sm_90a-bfloat16-d32-128x128w4s1-left",
             "sm_90a-bfloat16-d32-128x128w4s1-nomask",
             "sm_90a-bfloat16-d32-128x128w4s1-right",
             "sm_90a-float16-d32-128x128w4s1-both",
-            "sm_90a-float16-d32-128x128w4s1-nomask",
             "sm_90a-float16-d32-128x128w4s1-right",
         ],
         _D32,
@@ -155,8 +147,11 @@ KNOWN_SPILLS: dict[str, str] = {
             "sm_80-bfloat16-d96-128x64w4s1-nomask",
             "sm_80-bfloat16-d96-128x64w4s1-right",
             "sm_80-float16-d96-128x64w4s1-both",
+            "sm_80-float16-d96-128x64w4s1-nomask",
+            "sm_80-float16-d96-128x64w4s1-right",
             "sm_90a-bfloat16-d96-128x64w4s1-both",
             "sm_90a-bfloat16-d96-128x64w4s1-nomask",
+            "sm_90a-bfloat16-d96-128x64w4s1-right",
             "sm_90a-float16-d96-128x64w4s1-both",
             "sm_90a-float16-d96-128x64w4s1-left",
             "sm_90a-float16-d96-128x64w4s1-nomask",
