@@ -20,8 +20,17 @@ def test_every_tile_exactly_once_longest_first(num_m_blocks, nheads, batch, sect
 
 
 def test_heads_per_section():
-    assert heads_per_section(4096, 128) == L2_BYTES // (4096 * 512)  # 25 heads of 2 MB
+    assert L2_BYTES // (4096 * 512) == 25  # heads of 2 MB that fit ...
+    assert heads_per_section(4096, 128) == 16  # ... rounded down to a power of two
+    assert heads_per_section(4096, 64) == 32  # 50 fit
     assert heads_per_section(10**7, 256) == 1  # one head over L2 still makes a section
+
+
+@given(st.integers(1, 1 << 20), st.sampled_from([32, 64, 96, 128, 192, 256]))
+def test_heads_per_section_is_the_largest_power_of_two_that_fits(seqlen_k, head_dim):
+    fit = max(L2_BYTES // (4 * head_dim) // seqlen_k, 1)
+    section = heads_per_section(seqlen_k, head_dim)
+    assert section & (section - 1) == 0 and section <= fit < 2 * section
 
 
 @given(st.integers(1, 200), st.integers(1, 40))
