@@ -23,6 +23,7 @@ def test_heads_per_section():
     assert L2_BYTES // (4096 * 512) == 25  # heads of 2 MB that fit ...
     assert heads_per_section(4096, 128) == 16  # ... rounded down to a power of two
     assert heads_per_section(4096, 64) == 32  # 50 fit
+    assert heads_per_section(4096, 128, power_of_two=False) == 25  # the persistent grid's sections
     assert heads_per_section(10**7, 256) == 1  # one head over L2 still makes a section
 
 
@@ -31,6 +32,7 @@ def test_heads_per_section_is_the_largest_power_of_two_that_fits(seqlen_k, head_
     fit = max(L2_BYTES // (4 * head_dim) // seqlen_k, 1)
     section = heads_per_section(seqlen_k, head_dim)
     assert section & (section - 1) == 0 and section <= fit < 2 * section
+    assert heads_per_section(seqlen_k, head_dim, power_of_two=False) == fit
 
 
 @given(st.integers(1, 200), st.integers(1, 40))

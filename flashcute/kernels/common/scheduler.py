@@ -20,18 +20,25 @@ import cutlass
 L2_BYTES = 50 * 1024 * 1024  # H100 and H200 both have 50 MB of L2
 
 
-def heads_per_section(seqlen_k, head_dim: int, element_bytes: int = 2):
-    """How many heads' K and V (seqlen_k x head_dim each) fit in L2 together, rounded down to a power of two
-    (FlashAttention's rule; it leaves room for Q and O, which pass through L2 too); at least 1. (Divides rather
-    than multiplies, so a long seqlen_k cannot overflow Int32.)
+def heads_per_section(seqlen_k, head_dim: int, element_bytes: int = 2, power_of_two: bool = True):
+    """How many heads' K and V (seqlen_k x head_dim each) fit in L2 together, at least 1; by default rounded down
+    to a power of two (FlashAttention's rule, which leaves room for Q and O: they pass through L2 too). (Divides
+    rather than multiplies, so a long seqlen_k cannot overflow Int32.)
 
-    Sections that fill L2 to the brim were too big: at d64, 4k, causal (sections of 50 heads) ncu read 510 MB from
-    DRAM at a 57 % L2 hit rate, against 252 MB and 77 % for flash-attn-4's 32 heads (H200, 55efcd1).
+    Where the hardware hands out the thread blocks (one a tile), sections that fill L2 to the brim were too big:
+    at d64, 4k, causal, sections of 50 heads read 510 MB from DRAM at a 57 % L2 hit rate (ncu), flash-attn-4's
+    32 read 252 MB at 77 % (H200, 55efcd1). The persistent grid's static snake is another matter: how evenly it
+    spreads the work depends on where the sections' sawtooth of tile lengths falls in its rounds, and the rounded
+    sections spread it worse (d128 causal 4k, 16 heads: 519 TFLOP/s against 638 with 25, 5b7adfd/ff28d9e; a
+    model of the assignment, tile cost = K/V tiles + 2, predicts 0.80 of the ideal against 0.97). The Hopper
+    forward keeps the unrounded size there (``power_of_two=False``).
     """
     fit = cutlass.max(L2_BYTES // (2 * head_dim * element_bytes) // seqlen_k, 1)
-    for shift in (1, 2, 4, 8, 16):  # every bit below the highest set, then keep only the highest
-        fit = fit | (fit >> shift)
-    return fit - (fit >> 1)
+    if power_of_two:
+        for shift in (1, 2, 4, 8, 16):  # every bit below the highest set, then keep only the highest
+            fit = fit | (fit >> shift)
+        fit = fit - (fit >> 1)
+    return fit
 
 
 def tile_coords(block_idx, num_m_blocks, nheads, batch, section):

@@ -136,6 +136,14 @@ class FlashAttentionForwardSm90:
 
         num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
         num_tiles = num_m_blocks * mQ.shape[2] * mQ.shape[0]
+        # L2 sections pay off where tiles differ in length (causal, windows); without a mask the plain order keeps
+        # the running thread blocks on fewer heads (H200, commit 129ce55: d128 4k non-causal 663 TFLOP/s with
+        # sections of 1 head against 629 with L2-sized ones; d256 causal 4k 637 against 581). Rounded to a power of
+        # two where every tile has its own thread block, not on the persistent grid (heads_per_section says why).
+        section = 1
+        if cutlass.const_expr(self.config.mask_right):
+            fits = partial(heads_per_section, mK.shape[1], mK.shape[3])
+            section = fits() if num_tiles <= max_grid else fits(power_of_two=False)
         self.kernel(
             tQ,
             tK,
@@ -152,10 +160,7 @@ class FlashAttentionForwardSm90:
             window_right,
             num_m_blocks,
             num_tiles,
-            # L2 sections pay off where tiles differ in length (causal, windows); without a mask the plain order
-            # keeps the running thread blocks on fewer heads (H200, commit 129ce55: d128 4k non-causal 663 TFLOP/s
-            # with sections of 1 head against 629 with L2-sized ones; d256 causal 4k 637 against 581).
-            heads_per_section(mK.shape[1], mK.shape[3]) if cutlass.const_expr(self.config.mask_right) else 1,
+            section,
             mQ.shape[1],
             mK.shape[1],
             sQ_layout,
