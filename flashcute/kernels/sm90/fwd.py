@@ -12,10 +12,12 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   overlaps the other's MMAs.
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
-- Persistent. The grid has one thread block per SM (or fewer), and each walks tiles block_idx, block_idx +
-  grid, ... in the order of kernels/common/scheduler.py (under a causal mask with long K/V walks the host gives
-  every tile its own thread block instead: Sm90FwdConfig.grid_limit). The producer runs ahead into the next
-  tile: its Q and first K/V tiles load while the consumers finish and store this one. O has its own shared
+- Persistent. The grid has one thread block per SM (or fewer). Without a causal mask each walks tiles
+  block_idx, block_idx + grid, ... in the order of kernels/common/scheduler.py; under one (tiles of different
+  lengths) each starts with tile block_idx and then claims the next tile in that order from a global counter as
+  it finishes one (config.claim_tiles): the producer warp adds to the counter and hands the index to the
+  consumers through a two-slot ring in shared memory. The producer runs ahead into the next tile: its Q and
+  first K/V tiles load while the consumers finish and store this one. O has its own shared
   memory where it fits (head dim <= 128); at 192 and 256 it reuses Q's, so the next Q loads only after O has
   left.
 
@@ -59,6 +61,8 @@ CONSUMER_REGS = {1: 256, 2: 240, 3: 160}
 # Named barriers (0 is __syncthreads): one per consumer warpgroup for taking turns, one per warpgroup epilogue.
 SCHEDULER_BARRIER = 1
 EPILOGUE_BARRIER = 4
+# Slots of the ring that carries claimed tile indices from the producer warp to the consumers (claim_tiles).
+TILE_RING = 2
 
 
 class FlashAttentionForwardSm90:
@@ -101,6 +105,7 @@ class FlashAttentionForwardSm90:
         mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
         mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
+        mTileCounter: cute.Tensor | None,  # (1,) int32, zeroed: the tiles claimed so far (config.claim_tiles)
         softmax_scale: Float32,
         diag_offset: Int32,
         window_left: Int32,
@@ -127,6 +132,8 @@ class FlashAttentionForwardSm90:
             mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
             mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
             mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
+            mbar_tile: cute.struct.MemRange[cutlass.Int64, 2 * TILE_RING]
+            tile_ring: cute.struct.MemRange[Int32, TILE_RING]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sO: cute.struct.Align[
                 cute.struct.MemRange[self.dtype, 0 if self.config.o_aliases_q else cute.cosize(sQ_layout)], 1024
@@ -139,17 +146,22 @@ class FlashAttentionForwardSm90:
         # L2 sections pay off where tiles differ in length (causal, windows); without a mask the plain order keeps
         # the running thread blocks on fewer heads (H200, commit 129ce55: d128 4k non-causal 663 TFLOP/s with
         # sections of 1 head against 629 with L2-sized ones; d256 causal 4k 637 against 581). Rounded to a power of
-        # two where every tile has its own thread block, not on the persistent grid (heads_per_section says why).
+        # two where tiles go to thread blocks as they free up, not on the static persistent grid (heads_per_section
+        # says why).
         section = 1
         if cutlass.const_expr(self.config.mask_right):
             fits = partial(heads_per_section, mK.shape[1], mK.shape[3])
-            section = fits() if num_tiles <= max_grid else fits(power_of_two=False)
+            if cutlass.const_expr(self.config.claim_tiles):  # blocks claim tiles as they go: balanced either way
+                section = fits()
+            else:
+                section = fits() if num_tiles <= max_grid else fits(power_of_two=False)
         self.kernel(
             tQ,
             tK,
             tV,
             tO,
             mLSE,
+            mTileCounter,
             tma_Q,
             tma_K,
             tma_V,
@@ -185,6 +197,7 @@ class FlashAttentionForwardSm90:
         mV: cute.Tensor,
         mO: cute.Tensor,
         mLSE: cute.Tensor,
+        mTileCounter: cute.Tensor | None,
         tma_Q: cute.CopyAtom,
         tma_K: cute.CopyAtom,
         tma_V: cute.CopyAtom,
@@ -225,6 +238,14 @@ class FlashAttentionForwardSm90:
                 num_stages=self.num_stages, tx_count=self.tx_bytes_kv, barrier_storage=storage.mbar_v.data_ptr()
             ),
         )
+        if cutlass.const_expr(cfg.claim_tiles):  # the producer warp hands each claimed tile index to the consumers
+            pipes.tile = pipeline.PipelineAsync.create(
+                num_stages=TILE_RING,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128 * self.num_wg),
+                barrier_storage=storage.mbar_tile.data_ptr(),
+                defer_sync=True,
+            )
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -247,6 +268,8 @@ class FlashAttentionForwardSm90:
             nheads_k=mK.shape[2],
             batch=mQ.shape[3],
             tile_info=tile_info,
+            counter=mTileCounter,
+            ring=storage.tile_ring.get_tensor(cute.make_layout(TILE_RING)),
         )
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS[self.num_wg])
@@ -275,6 +298,70 @@ class FlashAttentionForwardSm90:
             q_state, kv_state = one_tile(tile_idx, q_state, kv_state)
             round_idx += 1
             tile_idx = persistent_tile(block_idx, round_idx, grid_size)
+
+    @cute.jit
+    def walk_claimed_tiles(
+        self,
+        tiles: SimpleNamespace,
+        pipe_tile: pipeline.PipelineAsync,
+        one_tile,
+        q_state: pipeline.PipelineState,
+        kv_state: pipeline.PipelineState,
+    ):
+        """The producer warp's walk with claim_tiles: its first tile is block_idx; once a tile's loads are issued
+        (the K/V ring lets the warp run at most two stages ahead, so this is near the end of the consumers' work
+        on the tile before) it claims the next with an atomic add on the counter, grid_size + the count so far,
+        and publishes each index in the ring for the consumers, then one past the last tile to end their walk."""
+        block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
+        ring_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_RING)
+        tile_idx = block_idx
+        while tile_idx < tiles.num_tiles:
+            ring_state = self.publish_tile(pipe_tile, tiles.ring, ring_state, tile_idx)
+            q_state, kv_state = one_tile(tile_idx, q_state, kv_state)
+            claimed = Int32(0)
+            if cute.arch.lane_idx() == 0:
+                claimed = cute.arch.atomic_add(tiles.counter.iterator, Int32(1))
+            tile_idx = grid_size + cute.arch.shuffle_sync(claimed, 0)
+        self.publish_tile(pipe_tile, tiles.ring, ring_state, tile_idx)
+
+    @cute.jit
+    def walk_published_tiles(
+        self,
+        tiles: SimpleNamespace,
+        pipe_tile: pipeline.PipelineAsync,
+        one_tile,
+        q_state: pipeline.PipelineState,
+        kv_state: pipeline.PipelineState,
+    ):
+        """The consumers' walk with claim_tiles: the tile indices the producer warp publishes, until one is past
+        the last tile."""
+        ring_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_RING)
+        tile_idx, ring_state = self.fetch_tile(pipe_tile, tiles.ring, ring_state)
+        while tile_idx < tiles.num_tiles:
+            q_state, kv_state = one_tile(tile_idx, q_state, kv_state)
+            tile_idx, ring_state = self.fetch_tile(pipe_tile, tiles.ring, ring_state)
+
+    @cute.jit
+    def publish_tile(
+        self, pipe_tile: pipeline.PipelineAsync, ring: cute.Tensor, state: pipeline.PipelineState, tile_idx: Int32
+    ) -> pipeline.PipelineState:
+        """One lane writes the index into the next free slot and signals it (the mbarrier arrive releases the
+        write to the consumers, whose wait acquires it)."""
+        pipe_tile.producer_acquire(state)
+        if cute.arch.lane_idx() == 0:
+            ring[state.index] = tile_idx
+            pipe_tile.producer_commit(state)
+        state.advance()
+        return state
+
+    @cute.jit
+    def fetch_tile(self, pipe_tile: pipeline.PipelineAsync, ring: cute.Tensor, state: pipeline.PipelineState):
+        """Every consumer thread reads the next published index and frees its slot; returns (index, state)."""
+        pipe_tile.consumer_wait(state)
+        tile_idx = ring[state.index]
+        pipe_tile.consumer_release(state)
+        state.advance()
+        return tile_idx, state
 
     def tile_at(self, tiles: SimpleNamespace, tile_idx: Int32) -> SimpleNamespace:
         """Step 1 for tile number ``tile_idx``: its coordinates and the K/V tiles it visits."""
@@ -317,7 +404,10 @@ class FlashAttentionForwardSm90:
         load_one_tile = partial(
             self.load_one_tile, mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipe_q, pipe_k, pipe_v, tiles
         )
-        self.walk_tiles(tiles.num_tiles, load_one_tile, q_state, kv_state)
+        if cutlass.const_expr(self.config.claim_tiles):
+            self.walk_claimed_tiles(tiles, pipes.tile, load_one_tile, q_state, kv_state)
+        else:
+            self.walk_tiles(tiles.num_tiles, load_one_tile, q_state, kv_state)
 
     @cute.jit
     def load_one_tile(
@@ -468,7 +558,10 @@ class FlashAttentionForwardSm90:
         consume_one_tile = partial(
             self.consume_one_tile, mO, mLSE, tma_O, sO[None, None, wg], mma, pipes, softmax, mask, tiles, seqlen_q, wg
         )
-        self.walk_tiles(tiles.num_tiles, consume_one_tile, q_state, kv_state)
+        if cutlass.const_expr(self.config.claim_tiles):
+            self.walk_published_tiles(tiles, pipes.tile, consume_one_tile, q_state, kv_state)
+        else:
+            self.walk_tiles(tiles.num_tiles, consume_one_tile, q_state, kv_state)
         if wg_tidx < 32:
             cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last O store has read shared memory
 
