@@ -399,8 +399,9 @@ class FlashAttentionForwardSm90:
         load_k(state, n_block=prev)
         for i in cutlass.range(right_start - left_end, unroll=1):  # the free run
             state, prev = self.load_next(load_k, load_v, state, prev, right_start - 1 - i)
-        for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):  # the rest of the right-masked run
-            state, prev = self.load_next(load_k, load_v, state, prev, n_block_max - 2 - i)
+        if cutlass.const_expr(self.config.mask_right):  # the rest of the right-masked run
+            for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):
+                state, prev = self.load_next(load_k, load_v, state, prev, n_block_max - 2 - i)
         if cutlass.const_expr(self.config.mask_left):
             for i in cutlass.range(left_end - n_block_min, unroll=1):
                 state, prev = self.load_next(load_k, load_v, state, prev, left_end - 1 - i)
@@ -574,8 +575,9 @@ class FlashAttentionForwardSm90:
         step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, wg)
         for i in cutlass.range(right_start - left_end, unroll=1):
             state = step(state, right_start - 1 - i, False)
-        for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):
-            state = step(state, n_block_max - 2 - i, True)
+        if cutlass.const_expr(self.config.mask_right):  # without it, the last tile is the only masked one
+            for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):
+                state = step(state, n_block_max - 2 - i, True)
         if cutlass.const_expr(self.config.mask_left):
             for i in cutlass.range(left_end - n_block_min, unroll=1):
                 state = step(state, left_end - 1 - i, True)
