@@ -278,12 +278,11 @@ class FlashAttentionForwardSm90:
             tile_idx = persistent_tile(block_idx, round_idx, grid_size)
 
     def tile_at(self, tiles: SimpleNamespace, tile_idx: Int32) -> SimpleNamespace:
-        """Step 1 for tile number ``tile_idx``: its coordinates, the K/V tiles it visits and their masked runs."""
+        """Step 1 for tile number ``tile_idx``: its coordinates, the K/V tiles it visits and in what order."""
         m_block, head_idx, batch_idx = tile_coords(
             tile_idx, tiles.num_m_blocks, tiles.nheads, tiles.batch, tiles.section
         )
         n_block_min, n_block_max = tiles.tile_info.n_block_range(m_block)
-        left_end, right_start = tiles.tile_info.masked_runs(m_block, n_block_min, n_block_max)
         return SimpleNamespace(
             m_block=m_block,
             head_idx=head_idx,
@@ -291,8 +290,7 @@ class FlashAttentionForwardSm90:
             kv_head_idx=head_idx // (tiles.nheads // tiles.nheads_k),
             n_block_min=n_block_min,
             n_block_max=n_block_max,
-            left_end=left_end,
-            right_start=right_start,
+            runs=tiles.tile_info.visit_runs(m_block, n_block_min, n_block_max),
         )
 
     @cute.jit
@@ -391,20 +389,14 @@ class FlashAttentionForwardSm90:
         kv_slice = (None, None, tile.kv_head_idx, tile.batch_idx)
         tKsK, tKgK = tma.partition_tiles(tma_K, sK, mK[kv_slice], self.block_n, d)
         tVsV, tVgV = tma.partition_tiles(tma_V, sV, mV[kv_slice], self.block_n, d)
-        n_block_min, n_block_max = tile.n_block_min, tile.n_block_max
-        left_end, right_start = tile.left_end, tile.right_start
         load_k = partial(self.load_tile, pipe_k, tma_atom=tma_K, tXgX=tKgK, tXsX=tKsK)
         load_v = partial(self.load_tile, pipe_v, tma_atom=tma_V, tXgX=tVgV, tXsX=tVsV)
-        prev = n_block_max - 1
+        prev = tile.n_block_max - 1
         load_k(state, n_block=prev)
-        for i in cutlass.range(right_start - left_end, unroll=1):  # the free run
-            state, prev = self.load_next(load_k, load_v, state, prev, right_start - 1 - i)
-        if cutlass.const_expr(self.config.mask_right):  # the rest of the right-masked run
-            for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):
-                state, prev = self.load_next(load_k, load_v, state, prev, n_block_max - 2 - i)
-        if cutlass.const_expr(self.config.mask_left):
-            for i in cutlass.range(left_end - n_block_min, unroll=1):
-                state, prev = self.load_next(load_k, load_v, state, prev, left_end - 1 - i)
+        for run in cutlass.range_constexpr(len(tile.runs)):
+            first, count, _ = tile.runs[run]
+            for i in cutlass.range(count, unroll=1):
+                state, prev = self.load_next(load_k, load_v, state, prev, first - i)
         load_v(state, n_block=prev)
         state.advance()
         return state
@@ -568,19 +560,13 @@ class FlashAttentionForwardSm90:
         at D=256 (44 R2UR moving wgmma descriptors out of ordinary registers) against 390 for the same step in
         the kernel without a mask; free run first, 402 (D=128: 475 -> 459, against 446).
         """
-        n_block_min, n_block_max = tile.n_block_min, tile.n_block_max
-        left_end, right_start = tile.left_end, tile.right_start
         # The first tile's S and P; its P V is issued together with the next tile's Q K^T.
-        self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, n_block_max - 1, wg)
+        self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, tile.n_block_max - 1, wg)
         step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, wg)
-        for i in cutlass.range(right_start - left_end, unroll=1):
-            state = step(state, right_start - 1 - i, False)
-        if cutlass.const_expr(self.config.mask_right):  # without it, the last tile is the only masked one
-            for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):
-                state = step(state, n_block_max - 2 - i, True)
-        if cutlass.const_expr(self.config.mask_left):
-            for i in cutlass.range(left_end - n_block_min, unroll=1):
-                state = step(state, left_end - 1 - i, True)
+        for run in cutlass.range_constexpr(len(tile.runs)):  # TileInfo.visit_runs
+            first, count, masked = tile.runs[run]
+            for i in cutlass.range(count, unroll=1):
+                state = step(state, first - i, masked)
         # The last tile's P V.
         if cutlass.const_expr(self.config.rescale_o_early):
             softmax.rescale_o(mma.acc_O, mma.row_scale)
