@@ -231,6 +231,8 @@ def test_sass_holds_the_algorithms_instructions(reports, config: AnyConfig, arch
             assert report.count(opcode) > 0, f"no {opcode} in the SASS"
         for opcode in ("HMMA", "LDGSTS"):
             assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
+        # claimed tiles: one atomic add on the counter per tile the producer warp claims, none in a fixed order
+        assert (report.count("ATOMG.E.ADD") > 0) == config.claim_tiles, report.opcodes
         return
     if isinstance(config, Sm90BwdConfig):  # TMA tiles, bulk-copied LSE and D rows, dQ by TMA reduce-adds
         for opcode in ("HGMMA", "UTMALDG", "UBLKCP", "UTMAREDG", "SYNCS", "USETMAXREG", "MUFU.EX2"):
