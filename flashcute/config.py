@@ -133,6 +133,9 @@ class Sm90FwdConfig:
     """True: the persistent thread blocks claim tiles from a global counter as they finish one (an atomic add by
     the producer warp, passed to the consumers through shared memory), instead of the fixed snake order; the call
     then takes a zeroed int32 counter. Worth it where tiles differ in length (a causal mask)."""
+    take_turns: bool = True
+    """True: the consumer warpgroups take turns issuing their MMAs (a pair of named barriers), so one's softmax
+    runs under the other's MMAs. FlashAttention-4 does so up to head dim 128 only."""
 
     @property
     def num_mma_warpgroups(self) -> int:
@@ -216,10 +219,12 @@ def sm90_fwd_config(
     tiles: tuple[int, int, int] | None = None,
     rescale_o_early: bool | None = None,
     claim_tiles: bool | None = None,
+    take_turns: bool | None = None,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
-    ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule) and ``claim_tiles`` the one
-    made by the mask (claimed tiles under a causal mask or right window, whose tiles differ in length)."""
+    ``rescale_o_early`` and ``take_turns`` the choices made by head dim (FlashAttention-4's rules: rescale early
+    above 128, take turns up to 128) and ``claim_tiles`` the one made by the mask (claimed tiles under a causal
+    mask or right window, whose tiles differ in length)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
@@ -236,6 +241,7 @@ def sm90_fwd_config(
         mask_left=window_left >= 0,
         rescale_o_early=bucket > 128 if rescale_o_early is None else rescale_o_early,
         claim_tiles=(causal or window_right >= 0) if claim_tiles is None else claim_tiles,
+        take_turns=bucket <= 128 if take_turns is None else take_turns,
     )
 
 

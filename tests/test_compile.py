@@ -233,6 +233,9 @@ def test_sass_holds_the_algorithms_instructions(reports, config: AnyConfig, arch
             assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
         # claimed tiles: one atomic add on the counter per tile the producer warp claims, none in a fixed order
         assert (report.count("ATOMG.E.ADD") > 0) == config.claim_tiles, report.opcodes
+        # taking turns: each consumer warpgroup hands the MMA turn on with a named-barrier arrive
+        taking_turns = config.take_turns and config.num_mma_warpgroups > 1
+        assert (report.count("BAR.ARV") > 0) == taking_turns, report.opcodes
         return
     if isinstance(config, Sm90BwdConfig):  # TMA tiles, bulk-copied LSE and D rows, dQ by TMA reduce-adds
         for opcode in ("HGMMA", "UTMALDG", "UBLKCP", "UTMAREDG", "SYNCS", "USETMAXREG", "MUFU.EX2"):
