@@ -7,9 +7,10 @@
 # copied into the working tree so that it travels to the GPU host). Each run imports flashcute from its tree
 # (PYTHONPATH; `python3 -P` keeps the current directory's package from shadowing it: without it both trees ran
 # this checkout's code) and uses its own compiled kernels (the compile cache keys on the sources), pre-compiled
-# first for the exact head dims. Writes OUT/ab-{A,B}{1,2}.log and OUT/ab.json, and prints, per point, the better
-# of each tree's two runs for flashcute-sm90 and flash-attn-4 and the ratio B / A. Default bench args: bf16, the
-# forward, every head dim and mask, 1k/4k/16k.
+# first for the exact head dims (AB_ONLY="sm90-fwd ...": only these kernel families, as variants.py --only).
+# Writes OUT/ab-{A,B}{1,2}.log and OUT/ab.json, and prints, per point, the better of each tree's two runs for
+# flashcute-sm90 and flash-attn-4 and the ratio B / A. Default bench args: bf16, the forward, every head dim and
+# mask, 1k/4k/16k.
 set -uo pipefail
 out=${1:?usage: ab.sh OUT TREE_A TREE_B [bench args]}
 tree_a=${2:?TREE_A}
@@ -19,9 +20,11 @@ bench_args=("$@")
 [ ${#bench_args[@]} -eq 0 ] && bench_args=(--dtype bf16 --seqlen 1k,4k,16k --backends flashcute-sm90,fa4)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 FLASHCUTE_CACHE_DIR=${FLASHCUTE_CACHE_DIR:-/tmp/flashcute-cache}
+only=()
+for family in ${AB_ONLY:-}; do only+=(--only "$family"); done
 for tree in "$tree_a" "$tree_b"; do
-  PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m flashcute.kernels.variants --exact-only --jobs "$(nproc)" \
-    2>&1 | tail -n 1
+  PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m flashcute.kernels.variants --exact-only \
+    "${only[@]}" --jobs "$(nproc)" 2>&1 | tail -n 1
 done
 for run in A1 B1 A2 B2; do
   tree=$tree_a
