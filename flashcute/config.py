@@ -129,6 +129,10 @@ class Sm90FwdConfig:
     mask_right: bool
     mask_left: bool
     rescale_o_early: bool = False
+    claim_tiles: bool = False
+    """True: the persistent thread blocks claim tiles from a global counter as they finish one (an atomic add by
+    the producer warp, passed to the consumers through shared memory), instead of the fixed snake order; the call
+    then takes a zeroed int32 counter. Worth it where tiles differ in length (a causal mask)."""
 
     @property
     def num_mma_warpgroups(self) -> int:
@@ -151,8 +155,9 @@ class Sm90FwdConfig:
 
     def grid_limit(self, seqlen_k: int, num_sms: int) -> int:
         """The most thread blocks a launch may have: ``num_sms`` (persistent, each block walks several tiles),
-        except under a causal mask with long K/V walks, where every tile gets its own thread block and the
-        hardware hands them out as blocks finish (its dynamic balancing beats our static snake order there).
+        except under a causal mask with long K/V walks without claim_tiles, where every tile gets its own thread
+        block and the hardware hands them out as blocks finish (its dynamic balancing beats the static snake order
+        there; claimed tiles balance the persistent grid the same way).
 
         Measured on one H200 (c12ef6c, bf16, B = 16384 / L, H = 2048 / D, TFLOP/s persistent -> one block per
         tile, at L = 1k / 4k / 16k): D=64 192x128 264 -> 237 / 428 -> 424 / 467 -> 506; D=128 417 -> 378 /
@@ -161,7 +166,7 @@ class Sm90FwdConfig:
         longest walk passes 32 K/V tiles (D=128: between 4k and 16k; D=256, 64-row K/V tiles: at 4k).
         """
         long_walk = -(-seqlen_k // self.block_n) > 32
-        return 1 << 30 if self.mask_right and long_walk else num_sms
+        return 1 << 30 if self.mask_right and long_walk and not self.claim_tiles else num_sms
 
     def _smem_bytes(self, separate_o: bool) -> int:
         rows = self.block_m * (2 if separate_o else 1) + 2 * self.num_stages * self.block_n
@@ -210,9 +215,11 @@ def sm90_fwd_config(
     window_right: int = -1,
     tiles: tuple[int, int, int] | None = None,
     rescale_o_early: bool | None = None,
+    claim_tiles: bool | None = None,
 ) -> Sm90FwdConfig:
-    """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages) and
-    ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule)."""
+    """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
+    ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule) and ``claim_tiles`` the one
+    made by the mask (claimed tiles under a causal mask or right window, whose tiles differ in length)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
@@ -228,6 +235,7 @@ def sm90_fwd_config(
         mask_right=causal or window_right >= 0,
         mask_left=window_left >= 0,
         rescale_o_early=bucket > 128 if rescale_o_early is None else rescale_o_early,
+        claim_tiles=(causal or window_right >= 0) if claim_tiles is None else claim_tiles,
     )
 
 

@@ -125,12 +125,14 @@ def launch_fwd(
     config = make_config(q.shape[-1], _dtype_name(q), window_left=window_left, window_right=window_right)
     arch = device_arch(q.device)
     kernel = compile_cache.get_compiled(arch, config, functools.partial(compile_fwd, config, arch))
-    scalars = (softmax_scale, diag_offset, window_left, window_right)
+    tensors, scalars = (q, k, v, out, lse), (softmax_scale, diag_offset, window_left, window_right)
     if name == "sm90":
+        counter = torch.zeros(1, dtype=torch.int32, device=q.device) if config.claim_tiles else None
+        tensors += (counter,)
         scalars += (
             config.grid_limit(k.shape[1], _num_sms(torch.cuda._utils._get_device_index(q.device, optional=True))),
         )
-    _run_on_device(q.device, kernel, q, k, v, out, lse, *scalars)
+    _run_on_device(q.device, kernel, *tensors, *scalars)
 
 
 def _compiled(config, device: torch.device):

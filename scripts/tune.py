@@ -101,7 +101,15 @@ def sweep_point(kernel_name: str, arch: str, dtype: torch.dtype, d: int, causal:
         extra = (config.grid_limit(seqlen, _num_sms(torch.cuda.current_device())),) if sm90 else ()
         kernel = compile_cache.get_compiled(arch, config, partial(compile_fwd, config, arch))
         out, lse = torch.empty_like(q), torch.empty(batch, heads, seqlen, device="cuda")
-        run = partial(kernel, q, k, v, out, lse, 1 / math.sqrt(d), 0, -1, 0 if causal else -1, *extra)
+        counter = torch.zeros(1, dtype=torch.int32, device="cuda") if sm90 and config.claim_tiles else None
+        tensors = (q, k, v, out, lse, counter) if sm90 else (q, k, v, out, lse)
+        launch = partial(kernel, *tensors, 1 / math.sqrt(d), 0, -1, 0 if causal else -1, *extra)
+
+        def run(counter=counter, launch=launch):
+            if counter is not None:
+                counter.zero_()  # the claimed-tile counter starts at 0 every launch
+            launch()
+
         run()
         ref = attention_ref(q[:1, -256:, :2], k[:1, :, :2], v[:1, :, :2], causal=causal)
         error = (out[:1, -256:, :2].double() - ref).abs().max().item()

@@ -76,14 +76,19 @@ def test_sm90_heuristic_by_mask(window):
 
 
 @pytest.mark.parametrize("window", MASK_VARIANTS, ids=str)
-def test_sm90_grid_is_persistent_but_for_long_causal_walks(window):
+def test_sm90_grid_is_persistent_and_claims_tiles_under_a_right_mask(window):
     left, right = window
     config = sm90_fwd_config(128, "bfloat16", window_left=left, window_right=right)  # 128-row K/V tiles
+    assert config.claim_tiles == (right >= 0)  # causal tiles differ in length: blocks claim them as they go
+    for seqlen_k in (1, 32 * 128, 32 * 128 + 1, 10**6):
+        assert config.grid_limit(seqlen_k, 132) == 132
+
+
+def test_sm90_grid_without_claims_gives_long_causal_walks_a_block_a_tile():
+    config = sm90_fwd_config(128, "bfloat16", causal=True, claim_tiles=False)
     assert config.grid_limit(32 * 128, 132) == 132  # a walk of 32 K/V tiles: persistent
-    assert config.grid_limit(1, 132) == 132
-    # past 32, every tile its own thread block, under a right (causal) mask only
-    assert config.grid_limit(32 * 128 + 1, 132) == (1 << 30 if right >= 0 else 132)
-    d256 = sm90_fwd_config(256, "bfloat16", causal=True)  # 64-row K/V tiles: the walk passes 32 at 2k
+    assert config.grid_limit(32 * 128 + 1, 132) == 1 << 30  # past 32: every tile its own thread block
+    d256 = sm90_fwd_config(256, "bfloat16", causal=True, claim_tiles=False)  # 64-row K/V tiles: past 32 at 2k
     assert d256.grid_limit(2048, 132) == 132 and d256.grid_limit(2049, 132) == 1 << 30
 
 

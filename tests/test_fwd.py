@@ -207,8 +207,10 @@ def test_other_tile_configs(choice, mask, kernel):
     compiled = compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
     out = torch.full_like(q, math.nan)
     lse = torch.full((2, 4, 333), math.nan, device="cuda")
+    tensors = (q, k, v, out, lse)
     scalars = (args.softmax_scale, args.diagonal_offset, args.window_left, args.window_right)
-    if kernel == "sm90":  # its persistent grid's size: a few thread blocks, so each walks several tiles
+    if kernel == "sm90":  # its tile counter, and a persistent grid of a few thread blocks that each walk several tiles
+        tensors += (torch.zeros(1, dtype=torch.int32, device="cuda") if config.claim_tiles else None,)
         scalars += (7,)
-    compiled(q, k, v, out, lse, *scalars)
+    compiled(*tensors, *scalars)
     check_against_spec(out, lse, q, k, v, **mask)

@@ -110,3 +110,23 @@ def test_backward_masks_every_partial_q_tile(p):
         for m_block in range(free_start, free_end):  # run without any mask: every real row sees every key
             assert (n_block + 1) * bn <= p["seqlen_k"]
             assert visible[m_block * bm : (m_block + 1) * bm, n_block * bn : (n_block + 1) * bn].all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems)
+def test_hopper_forward_walk_visits_each_tile_once_masking_the_partial_ones(p):
+    """TileInfo.visit_runs, the order the Hopper forward's producer loads and its consumers walk the K/V tiles."""
+    info, visible = setup(p)
+    bm, bn = p["block_m"], p["block_n"]
+    for m_block in range(-(-p["seqlen_q"] // bm)):
+        n_min, n_max = info.n_block_range(m_block)
+        if n_max <= n_min:
+            continue
+        walk = [(n_max - 1, True)]  # the first tile, always masked
+        for first, count, masked in info.visit_runs(m_block, n_min, n_max):
+            walk += [(first - i, masked) for i in range(count)]
+        assert sorted(n for n, _ in walk) == list(range(n_min, n_max))
+        rows = visible[m_block * bm : (m_block + 1) * bm]
+        for n_block, masked in walk:
+            if not masked:  # every row sees every key of the tile
+                assert (n_block + 1) * bn <= p["seqlen_k"] and rows[:, n_block * bn : (n_block + 1) * bn].all()

@@ -63,6 +63,13 @@ class _SymbolicProblem:
         shape, strides = (self.batch, self.nheads, self.seqlen_q), (cute.sym_int64(), cute.sym_int64(), 1)
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
 
+    def tile_counter(self):
+        """(1,) int32: the Hopper forward's tile counter (Sm90FwdConfig.claim_tiles)."""
+        import cutlass
+        import cutlass.cute as cute
+
+        return cute.runtime.make_fake_tensor(cutlass.Int32, (1,), stride=(1,), assumed_align=4)
+
     def padded_row_stats(self):
         """(batch, nheads, seqlen_q rounded up to a Q tile) float32, 16-byte aligned rows: the Hopper backward's
         LSE * log2(e) and D, which it reads a tile at a time with bulk copies."""
@@ -94,8 +101,8 @@ def _compile(kernel, config, arch: str, dump_dir: Path | None, *tensors, scalars
 
 def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | None = None):
     """A forward kernel, sm80 or sm90 by the config's type: (q, k, v, out, lse, softmax_scale, diag_offset,
-    window_left, window_right), and for sm90 then max_grid, the most thread blocks its grid may have
-    (Sm90FwdConfig.grid_limit)."""
+    window_left, window_right), and for sm90 with a tile counter (or None without claim_tiles) before the
+    scalars and max_grid, the most thread blocks its grid may have (Sm90FwdConfig.grid_limit), after them."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
     from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
@@ -104,6 +111,8 @@ def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | N
     kernel = FlashAttentionForwardSm90(config) if sm90 else FlashAttentionForwardSm80(config)
     p = _SymbolicProblem(config)
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
+    if sm90:
+        tensors += (p.tile_counter() if config.claim_tiles else None,)
     return _compile(
         kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1) if sm90 else ATTENTION_SCALARS
     )

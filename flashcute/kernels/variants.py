@@ -106,6 +106,16 @@ def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig | BwdPre
     ]
 
 
+# Kernel families for --only: what a GPU test of one kernel needs (the backward's tests also run the
+# preprocess and postprocess).
+FAMILIES = {
+    "sm80-fwd": lambda exact_only: [*fwd_variants(exact_only), *alternative_tile_variants("sm80")],
+    "sm80-bwd": bwd_variants,
+    "sm90-fwd": lambda exact_only: [*sm90_fwd_variants(exact_only), *alternative_tile_variants("sm90")],
+    "sm90-bwd": lambda exact_only: [*sm90_bwd_variants(exact_only), *bwd_prepost_variants(exact_only)],
+}
+
+
 def _compile_one(
     config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig,
     arch: str,
@@ -124,14 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default="sm_90a", help="target, e.g. sm_80 or sm_90a")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--exact-only", action="store_true", help="skip the padded-head-dim variants")
+    parser.add_argument(
+        "--only",
+        choices=sorted(FAMILIES),
+        action="append",
+        help="these kernel families (repeatable; default: all that the target runs)",
+    )
     args = parser.parse_args(argv)
-    configs = [*fwd_variants(args.exact_only), *bwd_variants(args.exact_only), *alternative_tile_variants("sm80")]
-    if args.arch == "sm_90a":
-        configs += [
-            *sm90_fwd_variants(args.exact_only),
-            *alternative_tile_variants("sm90"),
-            *sm90_bwd_variants(args.exact_only),
-        ]
+    families = args.only or [f for f in FAMILIES if args.arch == "sm_90a" or not f.startswith("sm90")]
+    configs = list(dict.fromkeys(config for family in families for config in FAMILIES[family](args.exact_only)))
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         seconds = list(pool.map(_compile_one, configs, itertools.repeat(args.arch)))

@@ -106,6 +106,19 @@ class TileInfo:
             left_end = cutlass.max(n_block_min, cutlass.min(right_start, first_unmasked))
         return left_end, right_start
 
+    def visit_runs(self, m_block: Int32, n_block_min: Int32, n_block_max: Int32) -> list[tuple]:
+        """The Hopper forward's walk after its first tile (n_block_max - 1, masked): runs of (first n_block,
+        count, masked), each walked downwards from its first tile. The free run comes first (mainloop says why),
+        then the rest of the right-masked run and the left-masked run, each only when its mask is on (it is empty
+        otherwise)."""
+        left_end, right_start = self.masked_runs(m_block, n_block_min, n_block_max)
+        runs = [(right_start - 1, right_start - left_end, False)]
+        if cutlass.const_expr(self.mask_right):
+            runs.append((n_block_max - 2, n_block_max - 1 - right_start, True))
+        if cutlass.const_expr(self.mask_left):
+            runs.append((left_end - 1, left_end - n_block_min, True))
+        return runs
+
     def masked_m_runs(self, n_block: Int32, m_block_min: Int32, m_block_max: Int32):
         """The backward's split of [m_block_min, m_block_max) for K/V tile n_block: [min, free_start) masked,
         [free_start, free_end) free, [free_end, max) masked. With the seqlen_k tail in this K/V tile every Q tile

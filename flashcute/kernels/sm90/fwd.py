@@ -12,15 +12,18 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   overlaps the other's MMAs.
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
-- Persistent. The grid has one thread block per SM (or fewer), and each walks tiles block_idx, block_idx +
-  grid, ... in the order of kernels/common/scheduler.py (under a causal mask with long K/V walks the host gives
-  every tile its own thread block instead: Sm90FwdConfig.grid_limit). The producer runs ahead into the next
-  tile: its Q and first K/V tiles load while the consumers finish and store this one. O has its own shared
+- Persistent. The grid has one thread block per SM (or fewer). Without a causal mask each walks tiles
+  block_idx, block_idx + grid, ... in the order of kernels/common/scheduler.py; under one (tiles of different
+  lengths) each starts with tile block_idx and then claims the next tile in that order from a global counter as
+  it finishes one (config.claim_tiles): the producer warp adds to the counter and hands the index to the
+  consumers through a two-slot ring in shared memory. The producer runs ahead into the next tile: its Q and
+  first K/V tiles load while the consumers finish and store this one. O has its own shared
   memory where it fits (head dim <= 128); at 192 and 256 it reuses Q's, so the next Q loads only after O has
   left.
 
-K/V tiles are walked from the last to the first, split into masked and unmasked runs by TileInfo exactly as in the
-sm80 kernel. A Q tile that sees no key at all loads only Q and writes O = 0, LSE = -inf.
+K/V tiles are split into masked and unmasked runs by TileInfo as in the sm80 kernel; the walk takes the last tile
+first, then the unmasked run downwards, then the rest of the right-masked run and the left-masked run (mainloop
+says why that order). A Q tile that sees no key at all loads only Q and writes O = 0, LSE = -inf.
 """
 
 from functools import partial
@@ -59,6 +62,8 @@ CONSUMER_REGS = {1: 256, 2: 240, 3: 160}
 # Named barriers (0 is __syncthreads): one per consumer warpgroup for taking turns, one per warpgroup epilogue.
 SCHEDULER_BARRIER = 1
 EPILOGUE_BARRIER = 4
+# Slots of the ring that carries claimed tile indices from the producer warp to the consumers (claim_tiles).
+TILE_RING = 2
 
 
 class FlashAttentionForwardSm90:
@@ -101,6 +106,7 @@ class FlashAttentionForwardSm90:
         mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
         mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
+        mTileCounter: cute.Tensor | None,  # (1,) int32, zeroed: the tiles claimed so far (config.claim_tiles)
         softmax_scale: Float32,
         diag_offset: Int32,
         window_left: Int32,
@@ -127,6 +133,8 @@ class FlashAttentionForwardSm90:
             mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
             mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
             mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
+            mbar_tile: cute.struct.MemRange[cutlass.Int64, 2 * TILE_RING]
+            tile_ring: cute.struct.MemRange[Int32, TILE_RING]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sO: cute.struct.Align[
                 cute.struct.MemRange[self.dtype, 0 if self.config.o_aliases_q else cute.cosize(sQ_layout)], 1024
@@ -139,17 +147,22 @@ class FlashAttentionForwardSm90:
         # L2 sections pay off where tiles differ in length (causal, windows); without a mask the plain order keeps
         # the running thread blocks on fewer heads (H200, commit 129ce55: d128 4k non-causal 663 TFLOP/s with
         # sections of 1 head against 629 with L2-sized ones; d256 causal 4k 637 against 581). Rounded to a power of
-        # two where every tile has its own thread block, not on the persistent grid (heads_per_section says why).
+        # two where tiles go to thread blocks as they free up, not on the static persistent grid (heads_per_section
+        # says why).
         section = 1
         if cutlass.const_expr(self.config.mask_right):
             fits = partial(heads_per_section, mK.shape[1], mK.shape[3])
-            section = fits() if num_tiles <= max_grid else fits(power_of_two=False)
+            if cutlass.const_expr(self.config.claim_tiles):  # blocks claim tiles as they go: balanced either way
+                section = fits()
+            else:
+                section = fits() if num_tiles <= max_grid else fits(power_of_two=False)
         self.kernel(
             tQ,
             tK,
             tV,
             tO,
             mLSE,
+            mTileCounter,
             tma_Q,
             tma_K,
             tma_V,
@@ -185,6 +198,7 @@ class FlashAttentionForwardSm90:
         mV: cute.Tensor,
         mO: cute.Tensor,
         mLSE: cute.Tensor,
+        mTileCounter: cute.Tensor | None,
         tma_Q: cute.CopyAtom,
         tma_K: cute.CopyAtom,
         tma_V: cute.CopyAtom,
@@ -225,6 +239,14 @@ class FlashAttentionForwardSm90:
                 num_stages=self.num_stages, tx_count=self.tx_bytes_kv, barrier_storage=storage.mbar_v.data_ptr()
             ),
         )
+        if cutlass.const_expr(cfg.claim_tiles):  # the producer warp hands each claimed tile index to the consumers
+            pipes.tile = pipeline.PipelineAsync.create(
+                num_stages=TILE_RING,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128 * self.num_wg),
+                barrier_storage=storage.mbar_tile.data_ptr(),
+                defer_sync=True,
+            )
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -247,6 +269,8 @@ class FlashAttentionForwardSm90:
             nheads_k=mK.shape[2],
             batch=mQ.shape[3],
             tile_info=tile_info,
+            counter=mTileCounter,
+            ring=storage.tile_ring.get_tensor(cute.make_layout(TILE_RING)),
         )
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS[self.num_wg])
@@ -276,8 +300,72 @@ class FlashAttentionForwardSm90:
             round_idx += 1
             tile_idx = persistent_tile(block_idx, round_idx, grid_size)
 
+    @cute.jit
+    def walk_claimed_tiles(
+        self,
+        tiles: SimpleNamespace,
+        pipe_tile: pipeline.PipelineAsync,
+        one_tile,
+        q_state: pipeline.PipelineState,
+        kv_state: pipeline.PipelineState,
+    ):
+        """The producer warp's walk with claim_tiles: its first tile is block_idx; once a tile's loads are issued
+        (the K/V ring lets the warp run at most two stages ahead, so this is near the end of the consumers' work
+        on the tile before) it claims the next with an atomic add on the counter, grid_size + the count so far,
+        and publishes each index in the ring for the consumers, then one past the last tile to end their walk."""
+        block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
+        ring_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_RING)
+        tile_idx = block_idx
+        while tile_idx < tiles.num_tiles:
+            ring_state = self.publish_tile(pipe_tile, tiles.ring, ring_state, tile_idx)
+            q_state, kv_state = one_tile(tile_idx, q_state, kv_state)
+            claimed = Int32(0)
+            if cute.arch.lane_idx() == 0:
+                claimed = cute.arch.atomic_add(tiles.counter.iterator, Int32(1))
+            tile_idx = grid_size + cute.arch.shuffle_sync(claimed, 0)
+        self.publish_tile(pipe_tile, tiles.ring, ring_state, tile_idx)
+
+    @cute.jit
+    def walk_published_tiles(
+        self,
+        tiles: SimpleNamespace,
+        pipe_tile: pipeline.PipelineAsync,
+        one_tile,
+        q_state: pipeline.PipelineState,
+        kv_state: pipeline.PipelineState,
+    ):
+        """The consumers' walk with claim_tiles: the tile indices the producer warp publishes, until one is past
+        the last tile."""
+        ring_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_RING)
+        tile_idx, ring_state = self.fetch_tile(pipe_tile, tiles.ring, ring_state)
+        while tile_idx < tiles.num_tiles:
+            q_state, kv_state = one_tile(tile_idx, q_state, kv_state)
+            tile_idx, ring_state = self.fetch_tile(pipe_tile, tiles.ring, ring_state)
+
+    @cute.jit
+    def publish_tile(
+        self, pipe_tile: pipeline.PipelineAsync, ring: cute.Tensor, state: pipeline.PipelineState, tile_idx: Int32
+    ) -> pipeline.PipelineState:
+        """One lane writes the index into the next free slot and signals it (the mbarrier arrive releases the
+        write to the consumers, whose wait acquires it)."""
+        pipe_tile.producer_acquire(state)
+        if cute.arch.lane_idx() == 0:
+            ring[state.index] = tile_idx
+            pipe_tile.producer_commit(state)
+        state.advance()
+        return state
+
+    @cute.jit
+    def fetch_tile(self, pipe_tile: pipeline.PipelineAsync, ring: cute.Tensor, state: pipeline.PipelineState):
+        """Every consumer thread reads the next published index and frees its slot; returns (index, state)."""
+        pipe_tile.consumer_wait(state)
+        tile_idx = ring[state.index]
+        pipe_tile.consumer_release(state)
+        state.advance()
+        return tile_idx, state
+
     def tile_at(self, tiles: SimpleNamespace, tile_idx: Int32) -> SimpleNamespace:
-        """Step 1 for tile number ``tile_idx``: its coordinates and the K/V tiles it visits."""
+        """Step 1 for tile number ``tile_idx``: its coordinates, the K/V tiles it visits and in what order."""
         m_block, head_idx, batch_idx = tile_coords(
             tile_idx, tiles.num_m_blocks, tiles.nheads, tiles.batch, tiles.section
         )
@@ -289,6 +377,7 @@ class FlashAttentionForwardSm90:
             kv_head_idx=head_idx // (tiles.nheads // tiles.nheads_k),
             n_block_min=n_block_min,
             n_block_max=n_block_max,
+            runs=tiles.tile_info.visit_runs(m_block, n_block_min, n_block_max),
         )
 
     @cute.jit
@@ -317,7 +406,10 @@ class FlashAttentionForwardSm90:
         load_one_tile = partial(
             self.load_one_tile, mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipe_q, pipe_k, pipe_v, tiles
         )
-        self.walk_tiles(tiles.num_tiles, load_one_tile, q_state, kv_state)
+        if cutlass.const_expr(self.config.claim_tiles):
+            self.walk_claimed_tiles(tiles, pipes.tile, load_one_tile, q_state, kv_state)
+        else:
+            self.walk_tiles(tiles.num_tiles, load_one_tile, q_state, kv_state)
 
     @cute.jit
     def load_one_tile(
@@ -381,22 +473,32 @@ class FlashAttentionForwardSm90:
         state: pipeline.PipelineState,
         tile: SimpleNamespace,
     ) -> pipeline.PipelineState:
-        """K one tile ahead of V, the order the consumers use them in: K[n] is needed before V[n + 1]. Returns the
-        state after the tile's last stage."""
+        """The tiles in the consumers' order (mainloop), K one tile ahead of V: K[next] is needed before
+        V[previous]. Returns the state after the tile's last stage."""
         d = self.head_dim_padded
         kv_slice = (None, None, tile.kv_head_idx, tile.batch_idx)
         tKsK, tKgK = tma.partition_tiles(tma_K, sK, mK[kv_slice], self.block_n, d)
         tVsV, tVgV = tma.partition_tiles(tma_V, sV, mV[kv_slice], self.block_n, d)
-        n_block_max = tile.n_block_max
-        self.load_tile(pipe_k, state, tma_K, tKgK, tKsK, n_block_max - 1)
-        for i in cutlass.range(n_block_max - 1 - tile.n_block_min, unroll=1):
-            v_state = state.clone()
-            state.advance()
-            self.load_tile(pipe_k, state, tma_K, tKgK, tKsK, n_block_max - 2 - i)
-            self.load_tile(pipe_v, v_state, tma_V, tVgV, tVsV, n_block_max - 1 - i)
-        self.load_tile(pipe_v, state, tma_V, tVgV, tVsV, tile.n_block_min)
+        load_k = partial(self.load_tile, pipe_k, tma_atom=tma_K, tXgX=tKgK, tXsX=tKsK)
+        load_v = partial(self.load_tile, pipe_v, tma_atom=tma_V, tXgX=tVgV, tXsX=tVsV)
+        prev = tile.n_block_max - 1
+        load_k(state, n_block=prev)
+        for run in cutlass.range_constexpr(len(tile.runs)):
+            first, count, _ = tile.runs[run]
+            for i in cutlass.range(count, unroll=1):
+                state, prev = self.load_next(load_k, load_v, state, prev, first - i)
+        load_v(state, n_block=prev)
         state.advance()
         return state
+
+    @staticmethod
+    def load_next(load_k, load_v, state: pipeline.PipelineState, prev: Int32, n_block: Int32):
+        """K[n_block] into the next stage, then V[prev] into this one; returns (the next stage, n_block)."""
+        v_state = state.clone()
+        state.advance()
+        load_k(state, n_block=n_block)
+        load_v(v_state, n_block=prev)
+        return state, n_block
 
     @staticmethod
     def load_tile(
@@ -468,7 +570,10 @@ class FlashAttentionForwardSm90:
         consume_one_tile = partial(
             self.consume_one_tile, mO, mLSE, tma_O, sO[None, None, wg], mma, pipes, softmax, mask, tiles, seqlen_q, wg
         )
-        self.walk_tiles(tiles.num_tiles, consume_one_tile, q_state, kv_state)
+        if cutlass.const_expr(self.config.claim_tiles):
+            self.walk_published_tiles(tiles, pipes.tile, consume_one_tile, q_state, kv_state)
+        else:
+            self.walk_tiles(tiles.num_tiles, consume_one_tile, q_state, kv_state)
         if wg_tidx < 32:
             cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last O store has read shared memory
 
@@ -496,7 +601,7 @@ class FlashAttentionForwardSm90:
         softmax.reset()
         pipes.q.consumer_wait(q_state)
         if tile.n_block_max > tile.n_block_min:
-            kv_state = self.mainloop(mma, pipes, softmax, mask, tile, tiles.tile_info, wg, kv_state)
+            kv_state = self.mainloop(mma, pipes, softmax, mask, tile, wg, kv_state)
         if cutlass.const_expr(not self.config.o_aliases_q):
             pipes.q.consumer_release(q_state)  # the next tile's Q may load while this one's O is stored
         self.epilogue(mO, mLSE, tma_O, sO, softmax, mma.acc_O, mma.tiled_mma_pv, tile, seqlen_q, wg)
@@ -536,24 +641,25 @@ class FlashAttentionForwardSm90:
         softmax: OnlineSoftmax,
         mask: AttentionMask,
         tile: SimpleNamespace,
-        tile_info: TileInfo,
         wg: Int32,
         state: pipeline.PipelineState,
     ) -> pipeline.PipelineState:
-        """Steps 3 to 6 over the visited K/V tiles, last to first: masked run, free run, left-masked run. Takes
-        and returns the K/V pipeline's read position."""
-        n_block_min, n_block_max = tile.n_block_min, tile.n_block_max
-        left_end, right_start = tile_info.masked_runs(tile.m_block, n_block_min, n_block_max)
+        """Steps 3 to 6 over the visited K/V tiles: the last one (it holds the seqlen_k tail, or crosses the
+        diagonal), then the free run downwards, then the rest of the right-masked run, then the left-masked run
+        (the producer loads them in this order). Takes and returns the K/V pipeline's read position.
+
+        The free run comes first in the code because ptxas gives the first of the two step loops the better
+        uniform registers: with the masked run first, the causal kernel's free step was 481 SASS instructions
+        at D=256 (44 R2UR moving wgmma descriptors out of ordinary registers) against 390 for the same step in
+        the kernel without a mask; free run first, 402 (D=128: 475 -> 459, against 446).
+        """
         # The first tile's S and P; its P V is issued together with the next tile's Q K^T.
-        self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, n_block_max - 1, wg)
+        self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, tile.n_block_max - 1, wg)
         step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, wg)
-        for i in cutlass.range(n_block_max - 1 - right_start, unroll=1):
-            state = step(state, n_block_max - 2 - i, True)
-        for i in cutlass.range(right_start - left_end, unroll=1):
-            state = step(state, right_start - 1 - i, False)
-        if cutlass.const_expr(self.config.mask_left):
-            for i in cutlass.range(left_end - n_block_min, unroll=1):
-                state = step(state, left_end - 1 - i, True)
+        for run in cutlass.range_constexpr(len(tile.runs)):  # TileInfo.visit_runs
+            first, count, masked = tile.runs[run]
+            for i in cutlass.range(count, unroll=1):
+                state = step(state, first - i, masked)
         # The last tile's P V.
         if cutlass.const_expr(self.config.rescale_o_early):
             softmax.rescale_o(mma.acc_O, mma.row_scale)
