@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of two source trees on one GPU host: bench runs in alternating processes, A B A B.
+# A/B of two source trees on one GPU host: bench runs in alternating processes, A B A B (AB_ROUNDS=2 pairs).
 #
 #   bash scripts/ab.sh OUT TREE_A TREE_B [bench args ...]
 #
@@ -8,7 +8,7 @@
 # (PYTHONPATH; `python3 -P` keeps the current directory's package from shadowing it: without it both trees ran
 # this checkout's code) and uses its own compiled kernels (the compile cache keys on the sources), pre-compiled
 # first for the exact head dims (AB_ONLY="sm90-fwd ...": only these kernel families, as variants.py --only).
-# Writes OUT/ab-{A,B}{1,2}.log and OUT/ab.json, and prints, per point, the better of each tree's two runs for
+# Writes OUT/ab-{A,B}{1,2,..}.log and OUT/ab.json, and prints, per point, the best of each tree's runs for
 # flashcute-sm90 and flash-attn-4 and the ratio B / A. Default bench args: bf16, the forward, every head dim and
 # mask, 1k/4k/16k.
 set -uo pipefail
@@ -26,7 +26,9 @@ for tree in "$tree_a" "$tree_b"; do
   PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m flashcute.kernels.variants --exact-only \
     "${only[@]}" --jobs "$(nproc)" 2>&1 | tail -n 1
 done
-for run in A1 B1 A2 B2; do
+runs=()
+for round in $(seq 1 "${AB_ROUNDS:-2}"); do runs+=("A$round" "B$round"); done
+for run in "${runs[@]}"; do
   tree=$tree_a
   [ "${run:0:1}" = B ] && tree=$tree_b
   PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m flashcute.bench "${bench_args[@]}" --no-check \
@@ -39,10 +41,8 @@ from pathlib import Path
 
 out = Path(sys.argv[1])
 best = defaultdict(dict)  # point -> {(tree, backend): best TFLOP/s over the tree's runs}
-for run in ("A1", "B1", "A2", "B2"):
-    path = out / f"ab-{run}" / "results.json"
-    if not path.exists():
-        continue
+for path in sorted(out.glob("ab-[AB]*/results.json")):
+    run = path.parent.name.removeprefix("ab-")
     for row in json.loads(path.read_text())["rows"]:
         if row.get("tflops"):
             point = (row["pass"], row["dtype"], row["headdim"], row["causal"], row["seqlen"])

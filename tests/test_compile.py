@@ -216,10 +216,14 @@ KNOWN_SPILLS: dict[str, str] = {
 
 
 @pytest.fixture(scope="session")
-def reports(tmp_path_factory) -> dict[str, SassReport | Exception]:
-    """Every variant compiled once, two at a time (CI has 2 cores), in fresh worker processes."""
-    results = inspect_variants(VARIANTS, tmp_path_factory.mktemp("sass"), jobs=2)
-    return dict(zip(IDS, results, strict=True))
+def reports(request, tmp_path_factory) -> dict[str, SassReport | Exception]:
+    """Every variant that a selected test reads compiled once (all of them in a full run; `-k` narrows it), two at
+    a time (CI has 2 cores), in fresh worker processes."""
+    selected = {item.callspec.id for item in request.session.items if "reports" in getattr(item, "fixturenames", ())}
+    ids = [variant_id for variant_id in IDS if variant_id in selected]
+    variants = [variant for variant, variant_id in zip(VARIANTS, IDS, strict=True) if variant_id in selected]
+    results = inspect_variants(variants, tmp_path_factory.mktemp("sass"), jobs=2)
+    return dict(zip(ids, results, strict=True))
 
 
 def report_of(reports: dict[str, SassReport | Exception], variant_id: str) -> SassReport:
