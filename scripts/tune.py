@@ -3,8 +3,9 @@
     python scripts/tune.py [--kernel sm80|sm90] [--headdim 64,128,256] [--seqlen 4096,16384] [--dtype bfloat16]
 
 For each head dim, causal or not, and seqlen (B = 16384 / L, H = 2048 / D, as in the benchmark grid) it times
-PyTorch SDPA's flash backend, flash-attn-4 when it is installed, and every candidate (CUDA events, median), checks
-each candidate's output on a slice against the float64 spec, and prints one JSON line per point. config.py's
+PyTorch SDPA's flash backend, flash-attn-4 when it is installed, and every candidate (CUDA events, median; each run
+timed --rounds times in turn with the others, the median of those kept), checks each candidate's output on a slice
+against the float64 spec, and prints one JSON line per point. config.py's
 tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, num_stages); sm90 candidates
 (block_m, block_n, num_stages, rescale_o_early).
 """
@@ -12,6 +13,7 @@ tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, 
 import argparse
 import json
 import math
+import statistics
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
@@ -39,7 +41,15 @@ CANDIDATES = {
     32: [(128, 128, 4, 1), (128, 64, 4, 1), (128, 128, 4, 2)],
     64: [(128, 64, 4, 1), (128, 64, 4, 2), (128, 128, 4, 1), (128, 128, 4, 2), (128, 128, 8, 1)],
     96: [(128, 64, 4, 1), (128, 64, 4, 2), (128, 32, 4, 1)],
-    128: [(128, 64, 4, 1), (128, 64, 4, 2), (128, 32, 4, 1), (128, 64, 8, 1), (64, 64, 4, 1), (128, 128, 8, 1)],
+    128: [
+        (128, 64, 4, 1),
+        (128, 64, 4, 2),
+        (128, 48, 4, 1),
+        (128, 32, 4, 1),
+        (128, 64, 8, 1),
+        (64, 64, 4, 1),
+        (128, 128, 8, 1),
+    ],
     192: [(128, 64, 8, 1), (64, 64, 4, 1), (64, 64, 4, 2)],
     256: [(128, 64, 8, 1), (64, 64, 4, 1), (64, 64, 4, 2), (64, 32, 4, 1)],
 }
@@ -55,6 +65,7 @@ def main() -> None:
     parser.add_argument("--headdim", default="64,128,256")
     parser.add_argument("--seqlen", default="4096,16384")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--rounds", type=int, default=3, help="times every run is timed, in turn; the median is kept")
     args = parser.parse_args()
     head_dims = [int(d) for d in args.headdim.split(",")]
     seqlens = [int(s) for s in args.seqlen.split(",")]
@@ -71,7 +82,8 @@ def main() -> None:
     for d in head_dims:
         for causal in (False, True):
             for seqlen in seqlens:
-                print(json.dumps(sweep_point(args.kernel, arch, dtype, d, causal, seqlen)), flush=True)
+                row = sweep_point(args.kernel, arch, dtype, d, causal, seqlen, args.rounds)
+                print(json.dumps(row), flush=True)
 
 
 def make_config(kernel: str, d: int, dtype: str, causal: bool, candidate: tuple):
@@ -80,20 +92,25 @@ def make_config(kernel: str, d: int, dtype: str, causal: bool, candidate: tuple)
     return fwd_config(d, dtype, causal=causal, tiles=candidate)
 
 
-def sweep_point(kernel_name: str, arch: str, dtype: torch.dtype, d: int, causal: bool, seqlen: int) -> dict:
+def sweep_point(
+    kernel_name: str, arch: str, dtype: torch.dtype, d: int, causal: bool, seqlen: int, rounds: int
+) -> dict:
     batch, heads = 16384 // seqlen, 2048 // d
     q, k, v = (torch.randn(batch, seqlen, heads, d, device="cuda", dtype=dtype) for _ in "qkv")
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        ms = triton.testing.do_bench(partial(F.scaled_dot_product_attention, qt, kt, vt, is_causal=causal))
-    row = {"headdim": d, "causal": causal, "seqlen": seqlen, "sdpa_flash": tflops(ms, batch, heads, seqlen, d, causal)}
+
+    def sdpa_flash():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+    runs = {"sdpa_flash": sdpa_flash}
     try:
         from flash_attn.cute import flash_attn_func as fa4
 
-        ms = triton.testing.do_bench(partial(fa4, q, k, v, causal=causal))
-        row["fa4"] = tflops(ms, batch, heads, seqlen, d, causal)
+        runs["fa4"] = partial(fa4, q, k, v, causal=causal)
     except ImportError:
         pass
+    row: dict = {"headdim": d, "causal": causal, "seqlen": seqlen}
     dtype_name = str(dtype).removeprefix("torch.")
     sm90 = kernel_name == "sm90"
     for candidate in (SM90_CANDIDATES if sm90 else CANDIDATES)[d]:
@@ -112,8 +129,16 @@ def sweep_point(kernel_name: str, arch: str, dtype: torch.dtype, d: int, causal:
 
         run()
         ref = attention_ref(q[:1, -256:, :2], k[:1, :, :2], v[:1, :, :2], causal=causal)
-        error = (out[:1, -256:, :2].double() - ref).abs().max().item()
-        row[str(candidate)] = [round(tflops(triton.testing.do_bench(run), batch, heads, seqlen, d, causal), 1), error]
+        row[f"error {candidate}"] = (out[:1, -256:, :2].double() - ref).abs().max().item()
+        runs[str(candidate)] = run
+    # Every run timed once a round, in turn, and the median kept: the GPU clock drifts within a process
+    # (docs/perf-notes.md, "Session of stop 12"), and a run timed alone would take whatever the drift gave it.
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            times[name].append(triton.testing.do_bench(fn))
+    for name, ms in times.items():
+        row[name] = round(tflops(statistics.median(ms), batch, heads, seqlen, d, causal), 1)
     return row
 
 

@@ -184,6 +184,37 @@ def test_sweep_backward_checks_gradients_and_reports_no_backward(cpu_sweep):
     assert rows[("fwd-only", 64)].status == "unsupported" and rows[("fwd-only", 64)].reason.startswith("no backward")
 
 
+def test_sweep_rounds_alternate_backends_and_keep_the_median(monkeypatch):
+    calls: list[str] = []
+    clocks = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 9.0, 7.0]), "flaky": iter([4.0])}
+
+    def backend(name: str) -> Backend:
+        def build(shape: Shape):
+            def attention(q, k, v):
+                calls.append(name)
+                if name == "flaky" and calls.count("flaky") > 2:
+                    raise RuntimeError("lost the GPU")
+                return attention_same_precision(q, k, v)
+
+            return attention
+
+        return Backend(name, build)
+
+    def fake_clock(step, warmup_ms, rep_ms):
+        step()
+        return next(clocks[calls[-1]])
+
+    monkeypatch.setattr(runner, "make_rotation", lambda shape, with_grad: [make_inputs(shape, with_grad, "cpu")])
+    monkeypatch.setattr(runner, "gpu_time_ms", fake_clock)
+    monkeypatch.setattr(runner, "wall_ms", lambda call: (5.0, call()))
+    shape = Shape("bf16", 32, False, 64, 1, 2)
+    rows = list(sweep([shape], [backend("a"), backend("b"), backend("flaky")], Settings(rounds=3, check=False)))
+    assert [(r.backend, r.status, r.ms) for r in rows] == [("a", "ok", 2.0), ("b", "ok", 7.0), ("flaky", "ok", 4.0)]
+    # first call and first timing per backend, then the rounds alternate: a b flaky(fails) a b flaky(fails)
+    assert calls == ["a", "a", "b", "b", "flaky", "flaky", "a", "b", "flaky", "a", "b", "flaky"]
+    assert cli.settings(parse("--rounds", "3")).rounds == 3
+
+
 def test_check_fails_nan():
     shape = Shape("fp16", 16, False, 32, 1, 2)
     inputs = make_inputs(shape, with_grad=False, device="cpu")

@@ -82,6 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", type=Path, metavar="OLD.json", help="also print the change against a saved run")
     parser.add_argument("--warmup", type=float, metavar="MS", help="warm-up per row, ms (default: 25; --quick: 5)")
     parser.add_argument("--repeats", type=float, metavar="MS", help="timing per row, ms (default: 100; --quick: 20)")
+    parser.add_argument(
+        "--rounds",
+        type=parse_size,
+        default=1,
+        help="time the backends of a shape this many times, in turn, and keep each one's median (default: 1)",
+    )
     parser.add_argument("--no-check", action="store_true", help="skip the correctness check against float64")
 
 
@@ -106,6 +112,7 @@ def settings(args: argparse.Namespace) -> Settings:
         warmup_ms=args.warmup if args.warmup is not None else warmup,
         rep_ms=args.repeats if args.repeats is not None else repeats,
         check=not args.no_check,
+        rounds=args.rounds,
     )
 
 

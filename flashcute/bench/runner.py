@@ -2,9 +2,11 @@
 
 import dataclasses
 import gc
+import statistics
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import torch
@@ -31,6 +33,10 @@ class Settings:
     warmup_ms: float = 25.0
     rep_ms: float = 100.0
     check: bool = True
+    rounds: int = 1
+    """How many times each backend of a shape is timed, in turn with the others (A B C A B C ...); a row keeps the
+    median. The GPU's clock drifts with its temperature and idle spells, so one reading a backend favors whichever
+    backend the drift favors; alternating rounds give every backend the same conditions."""
 
 
 def sweep(shapes: list[Shape], backends: list[Backend], settings: Settings) -> Iterator[Row]:
@@ -38,35 +44,57 @@ def sweep(shapes: list[Shape], backends: list[Backend], settings: Settings) -> I
     checker = Checker() if settings.check else None
     for shape in shapes:
         sets: list[InputSet] = []
+        measured: list[tuple[Backend, Row, Callable[[], object] | None]] = []
         for backend in backends:
             reason = backend.supports(shape, settings.pass_)
             if reason:
-                yield Row(backend.name, shape, settings.pass_, "unsupported", reason)
+                measured.append((backend, Row(backend.name, shape, settings.pass_, "unsupported", reason), None))
                 continue
             sets = sets or make_rotation(shape, with_grad=settings.pass_ != "fwd")
-            yield measure(backend, shape, sets, settings, checker)
-        del sets
+            measured.append((backend, *measure(backend, shape, sets, settings, checker)))
+        yield from more_rounds(measured, settings)
+        del sets, measured
         gc.collect()
         torch.cuda.empty_cache()
 
 
-def measure(backend: Backend, shape: Shape, sets: list[InputSet], settings: Settings, checker: Checker | None) -> Row:
-    """Build (compile), first call (timed on the host), check if the group's check is pending, then time."""
+def measure(
+    backend: Backend, shape: Shape, sets: list[InputSet], settings: Settings, checker: Checker | None
+) -> tuple[Row, Callable[[], object] | None]:
+    """Build (compile), first call (timed on the host), check if the group's check is pending, then time. Returns the
+    row and the timed step (None if the backend failed)."""
 
-    def timed() -> Row:
+    def timed() -> tuple[Row, Callable[[], object]]:
         fn = backend.build(shape)
         first_ms, got = wall_ms(lambda: run_pass(fn, sets[0], settings.pass_))
         errors = None
         if checker and checker.pending(backend.name, shape):
             errors = checker.check(backend.name, shape, sets[0], got)
         del got
-        ms = gpu_time_ms(make_step(fn, sets, settings.pass_), settings.warmup_ms, settings.rep_ms)
+        step = make_step(fn, sets, settings.pass_)
+        ms = gpu_time_ms(step, settings.warmup_ms, settings.rep_ms)
         wrong = checker.wrong(backend.name, shape) if checker else ""
         status = "wrong" if wrong else "ok"
-        return Row(backend.name, shape, settings.pass_, status, wrong, ms, first_ms, errors)
+        return Row(backend.name, shape, settings.pass_, status, wrong, ms, first_ms, errors), step
 
-    row, failure = attempt(backend, timed)
-    return row if failure is None else Row(backend.name, shape, settings.pass_, *failure)
+    result, failure = attempt(backend, timed)
+    return result if failure is None else (Row(backend.name, shape, settings.pass_, *failure), None)
+
+
+def more_rounds(measured: list[tuple[Backend, Row, Callable[[], object] | None]], settings: Settings) -> list[Row]:
+    """settings.rounds - 1 more timings of every timed step, backend after backend; each row's time becomes the
+    median of its rounds. A backend that fails in a later round keeps the rounds it finished."""
+    times = {row.backend: [row.ms] for _, row, step in measured if step is not None}
+    for _ in range(settings.rounds - 1):
+        for backend, row, step in measured:
+            if step is not None:
+                ms, failure = attempt(backend, partial(gpu_time_ms, step, settings.warmup_ms, settings.rep_ms))
+                if failure is None:
+                    times[row.backend].append(ms)
+    return [
+        dataclasses.replace(row, ms=statistics.median(times[row.backend])) if step is not None else row
+        for _, row, step in measured
+    ]
 
 
 def host_overheads(backends: list[Backend], like: Shape, pass_: str) -> dict[str, float | str]:

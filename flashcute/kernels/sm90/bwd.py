@@ -414,6 +414,11 @@ class FlashAttentionBackwardSm90:
         thr_sdp = tiled_mma_sdp.get_slice(tidx)
         thr_dkv = tiled_mma_dkv.get_slice(tidx)
         thr_dq = tiled_mma_dq.get_slice(tidx)
+        # Shared-memory operands are sliced by warpgroup, through an index the compiler knows to be warp-uniform:
+        # sliced by thread, their descriptors were computed in ordinary registers and moved to uniform ones
+        # before every wgmma (118 R2UR a main-loop step at d128).
+        wg_first = (cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4 - 1) * 128
+        wg_sdp, wg_dkv, wg_dq = (t.get_slice(wg_first) for t in (tiled_mma_sdp, tiled_mma_dkv, tiled_mma_dq))
         sQt, sdOt, sKt = (transpose_view(s) for s in (smem.sQ, smem.sdO, smem.sK))  # (D, rows, stage)
         sdS = transpose_view(smem.sdS)  # dS: (block_m, block_n, stage)
         store_dS = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype), tiled_mma_sdp)
@@ -425,16 +430,16 @@ class FlashAttentionBackwardSm90:
             thr_sdp=thr_sdp,
             thr_dq=thr_dq,
             # shared-memory descriptors of every GEMM operand (stage mode last) and the register A operands
-            tSrK=thr_sdp.make_fragment_A(thr_sdp.partition_A(smem.sK))[None, None, None, 0],
-            tSrQ=thr_sdp.make_fragment_B(thr_sdp.partition_B(smem.sQ)),
-            tdPrV=thr_sdp.make_fragment_A(thr_sdp.partition_A(smem.sV))[None, None, None, 0],
-            tdPrdO=thr_sdp.make_fragment_B(thr_sdp.partition_B(smem.sdO)),
+            tSrK=wg_sdp.make_fragment_A(wg_sdp.partition_A(smem.sK))[None, None, None, 0],
+            tSrQ=wg_sdp.make_fragment_B(wg_sdp.partition_B(smem.sQ)),
+            tdPrV=wg_sdp.make_fragment_A(wg_sdp.partition_A(smem.sV))[None, None, None, 0],
+            tdPrdO=wg_sdp.make_fragment_B(wg_sdp.partition_B(smem.sdO)),
             tdVrP=thr_dkv.make_fragment_A(thr_dkv.partition_shape_A((bn, bm))),
             tdKrdS=thr_dkv.make_fragment_A(thr_dkv.partition_shape_A((bn, bm))),
-            tdVrdOt=thr_dkv.make_fragment_B(thr_dkv.partition_B(sdOt)),
-            tdKrQt=thr_dkv.make_fragment_B(thr_dkv.partition_B(sQt)),
-            tdQrdS=thr_dq.make_fragment_A(thr_dq.partition_A(sdS)),
-            tdQrKt=thr_dq.make_fragment_B(thr_dq.partition_B(sKt))[None, None, None, 0],
+            tdVrdOt=wg_dkv.make_fragment_B(wg_dkv.partition_B(sdOt)),
+            tdKrQt=wg_dkv.make_fragment_B(wg_dkv.partition_B(sQt)),
+            tdQrdS=wg_dq.make_fragment_A(wg_dq.partition_A(sdS)),
+            tdQrKt=wg_dq.make_fragment_B(wg_dq.partition_B(sKt))[None, None, None, 0],
             acc_dK=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((bn, d))),
             acc_dV=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((bn, d))),
             store_dS=store_dS,
