@@ -23,6 +23,7 @@ from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, Sm90BwdConf
 from flashcute.kernels.build import ARCHS
 from flashcute.kernels.sass import AnyConfig, SassReport, inspect_variants, variant_label
 from flashcute.kernels.variants import (
+    alternative_tile_variants,
     bwd_prepost_variants,
     bwd_variants,
     fwd_variants,
@@ -42,6 +43,7 @@ CONFIGS = [
 SM90_CONFIGS = [
     *sm90_fwd_variants(exact_only=True),
     *(c for c in sm90_fwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
+    *(c for c in alternative_tile_variants("sm90") if not c.take_turns),  # the heuristic always takes turns
     *sm90_bwd_variants(exact_only=True),
     *(c for c in sm90_bwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
 ]

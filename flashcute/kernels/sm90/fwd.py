@@ -9,7 +9,7 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
 - Softmax under the tensor cores. Inside a warpgroup, the Q K^T of tile n is issued before the P V of tile n + 1
   (the one before it in walking order), so the softmax of S_n runs while that P V is still on the tensor cores.
   Across warpgroups, a pair of named barriers makes them take turns issuing their MMAs, so one warpgroup's softmax
-  overlaps the other's MMAs (config.take_turns: up to head dim 128, as in FlashAttention-4).
+  overlaps the other's MMAs (config.take_turns; FlashAttention-4 takes turns up to head dim 128 only).
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
 - Persistent. The grid has one thread block per SM (or fewer). Without a causal mask each walks tiles
