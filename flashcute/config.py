@@ -133,6 +133,10 @@ class Sm90FwdConfig:
     """True: the persistent thread blocks claim tiles from a global counter as they finish one (an atomic add by
     the producer warp, passed to the consumers through shared memory), instead of the fixed snake order; the call
     then takes a zeroed int32 counter. Worth it where tiles differ in length (a causal mask)."""
+    take_turns: bool = True
+    """True: the consumer warpgroups take turns issuing their MMAs (a pair of named barriers), so one's softmax
+    runs under the other's MMAs. FlashAttention-4 does so up to head dim 128 only; here every head dim does (the
+    heuristic's measurement: TAKE_TURNS_NOTE)."""
 
     @property
     def num_mma_warpgroups(self) -> int:
@@ -196,6 +200,12 @@ class Sm90FwdConfig:
 #     (bf16 runs best on 64-row K/V tiles, fp16 on 80-row ones, causal or not: D256_BLOCK_N)
 # D=32, 96 and 192 were not swept; they take FlashAttention-3's H100 shapes within the register budget.
 D256_BLOCK_N = {"bfloat16": 64, "float16": 80}
+# TAKE_TURNS_NOTE: without turns at D=256 (FlashAttention-4's rule), A/B against turns on one H200 at 619e4b7's
+# kernels (bench/results/2026-11-30-h200-619e4b7-ab-branches, best of two processes a side, 1k/4k/16k):
+#   non-causal bf16 0.989/1.064/1.019, fp16 0.963/0.947/1.026; causal bf16 0.776/1.038/0.996, fp16 0.995/1.080/1.023;
+#   without turns and bf16 on 80-row tiles: non-causal 0.994/1.038/1.024, causal 0.956/0.963/0.982.
+# No direction outside the spread of two processes, and bf16 causal 1k fell twice: the turns stay at every head dim
+# until a sweep with alternating rounds (scripts/tune.py --rounds) says otherwise.
 _SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
     32: ((128, 128, 2), (128, 128, 2)),
     64: ((192, 128, 2), (192, 128, 2)),
@@ -216,10 +226,12 @@ def sm90_fwd_config(
     tiles: tuple[int, int, int] | None = None,
     rescale_o_early: bool | None = None,
     claim_tiles: bool | None = None,
+    take_turns: bool | None = None,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
-    ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule) and ``claim_tiles`` the one
-    made by the mask (claimed tiles under a causal mask or right window, whose tiles differ in length)."""
+    ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
+    the consumer warpgroups take at every head dim (TAKE_TURNS_NOTE), and ``claim_tiles`` the one made by the mask
+    (claimed tiles under a causal mask or right window, whose tiles differ in length)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
@@ -236,6 +248,7 @@ def sm90_fwd_config(
         mask_left=window_left >= 0,
         rescale_o_early=bucket > 128 if rescale_o_early is None else rescale_o_early,
         claim_tiles=(causal or window_right >= 0) if claim_tiles is None else claim_tiles,
+        take_turns=True if take_turns is None else take_turns,
     )
 
 

@@ -7,7 +7,7 @@ PyTorch SDPA's flash backend, flash-attn-4 when it is installed, and every candi
 timed --rounds times in turn with the others, the median of those kept), checks each candidate's output on a slice
 against the float64 spec, and prints one JSON line per point. config.py's
 tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, num_stages); sm90 candidates
-(block_m, block_n, num_stages, rescale_o_early).
+(block_m, block_n, num_stages, rescale_o_early[, take_turns]).
 """
 
 import argparse
@@ -34,8 +34,14 @@ SM90_CANDIDATES = {
     64: [(192, 128, 2, False), (128, 128, 2, False), (192, 112, 2, False), (192, 96, 2, False)],
     96: [(128, 128, 2, False), (192, 128, 2, False), (128, 96, 2, False)],
     128: [(128, 128, 2, False), (128, 128, 2, True), (128, 176, 2, False), (128, 112, 2, False)],
-    192: [(128, 96, 2, True), (128, 112, 2, True), (128, 64, 2, True)],
-    256: [(128, 80, 2, True), (128, 80, 2, False), (128, 64, 2, True)],
+    192: [(128, 96, 2, True), (128, 112, 2, True), (128, 64, 2, True), (128, 96, 2, True, False)],
+    256: [
+        (128, 80, 2, True),
+        (128, 80, 2, False),
+        (128, 64, 2, True),
+        (128, 80, 2, True, False),
+        (128, 64, 2, True, False),
+    ],
 }
 CANDIDATES = {
     32: [(128, 128, 4, 1), (128, 64, 4, 1), (128, 128, 4, 2)],
@@ -88,7 +94,10 @@ def main() -> None:
 
 def make_config(kernel: str, d: int, dtype: str, causal: bool, candidate: tuple):
     if kernel == "sm90":
-        return sm90_fwd_config(d, dtype, causal=causal, tiles=candidate[:3], rescale_o_early=candidate[3])
+        take_turns = candidate[4] if len(candidate) > 4 else None
+        return sm90_fwd_config(
+            d, dtype, causal=causal, tiles=candidate[:3], rescale_o_early=candidate[3], take_turns=take_turns
+        )
     return fwd_config(d, dtype, causal=causal, tiles=candidate)
 
 

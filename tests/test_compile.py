@@ -23,6 +23,7 @@ from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, Sm90BwdConf
 from flashcute.kernels.build import ARCHS
 from flashcute.kernels.sass import AnyConfig, SassReport, inspect_variants, variant_label
 from flashcute.kernels.variants import (
+    alternative_tile_variants,
     bwd_prepost_variants,
     bwd_variants,
     fwd_variants,
@@ -42,6 +43,7 @@ CONFIGS = [
 SM90_CONFIGS = [
     *sm90_fwd_variants(exact_only=True),
     *(c for c in sm90_fwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
+    *(c for c in alternative_tile_variants("sm90") if not c.take_turns),  # the heuristic always takes turns
     *sm90_bwd_variants(exact_only=True),
     *(c for c in sm90_bwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
 ]
@@ -253,6 +255,9 @@ def test_sass_holds_the_algorithms_instructions(reports, config: AnyConfig, arch
             assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
         # claimed tiles: one atomic add on the counter per tile the producer warp claims, none in a fixed order
         assert (report.count("ATOMG.E.ADD") > 0) == config.claim_tiles, report.opcodes
+        # taking turns: each consumer warpgroup hands the MMA turn on with a named-barrier arrive
+        taking_turns = config.take_turns and config.num_mma_warpgroups > 1
+        assert (report.count("BAR.ARV") > 0) == taking_turns, report.opcodes
         return
     if isinstance(config, Sm90BwdConfig):  # TMA tiles, bulk-copied LSE and D rows, dQ by TMA reduce-adds
         for opcode in ("HGMMA", "UTMALDG", "UBLKCP", "UTMAREDG", "SYNCS", "USETMAXREG", "MUFU.EX2"):

@@ -71,6 +71,9 @@ def test_sm90_heuristic_by_mask(window):
     assert (config.block_m, config.block_n) == (192, 128)
     assert (config.mask_right, config.mask_left) == (right >= 0, left >= 0)
     assert sm90_fwd_config(256, "bfloat16").rescale_o_early and not sm90_fwd_config(128, "bfloat16").rescale_o_early
+    for bucket in HEAD_DIM_BUCKETS:  # the consumer warpgroups take turns at every head dim (config.TAKE_TURNS_NOTE)
+        assert sm90_fwd_config(bucket, "bfloat16").take_turns
+    assert not sm90_fwd_config(256, "bfloat16", take_turns=False).take_turns
     d256 = {dtype: sm90_fwd_config(256, dtype, window_left=left, window_right=right).block_n for dtype in DTYPES}
     assert d256 == {"bfloat16": 64, "float16": 80}  # measured per dtype (config.D256_BLOCK_N)
 

@@ -9,7 +9,7 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
 - Softmax under the tensor cores. Inside a warpgroup, the Q K^T of tile n is issued before the P V of tile n + 1
   (the one before it in walking order), so the softmax of S_n runs while that P V is still on the tensor cores.
   Across warpgroups, a pair of named barriers makes them take turns issuing their MMAs, so one warpgroup's softmax
-  overlaps the other's MMAs.
+  overlaps the other's MMAs (config.take_turns; FlashAttention-4 takes turns up to head dim 128 only).
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
 - Persistent. The grid has one thread block per SM (or fewer). Without a causal mask each walks tiles
@@ -77,6 +77,7 @@ class FlashAttentionForwardSm90:
         self.head_dim_padded = config.head_dim_padded
         self.num_stages = config.num_stages
         self.num_wg = config.num_mma_warpgroups
+        self.take_turns = config.take_turns and self.num_wg > 1  # one warpgroup has no one to take turns with
 
     @staticmethod
     def can_implement(config: Sm90FwdConfig, arch: str) -> str | None:
@@ -561,7 +562,7 @@ class FlashAttentionForwardSm90:
             row_scale=cute.make_rmem_tensor(cute.size(softmax.row_max), Float32),  # alpha, for rescale_o_early
         )
 
-        if cutlass.const_expr(self.num_wg > 1):  # noqa: SIM102 (a compile-time test around a run-time one)
+        if cutlass.const_expr(self.take_turns):  # noqa: SIM102 (a compile-time test around a run-time one)
             if wg == 0:  # the first warpgroup may issue first
                 cute.arch.barrier_arrive(barrier_id=SCHEDULER_BARRIER, number_of_threads=256)
 
@@ -737,13 +738,13 @@ class FlashAttentionForwardSm90:
         return state
 
     def take_turn(self, wg: Int32):
-        """Wait until the other consumer warpgroup has issued its MMAs (no-op with one consumer warpgroup)."""
-        if cutlass.const_expr(self.num_wg > 1):
+        """Wait until the other consumer warpgroup has issued its MMAs (no-op unless self.take_turns)."""
+        if cutlass.const_expr(self.take_turns):
             cute.arch.barrier(barrier_id=SCHEDULER_BARRIER + wg, number_of_threads=256)
 
     def pass_turn(self, wg: Int32):
         """Let the next consumer warpgroup issue its MMAs."""
-        if cutlass.const_expr(self.num_wg > 1):
+        if cutlass.const_expr(self.take_turns):
             next_wg = (wg + 1) % self.num_wg
             cute.arch.barrier_arrive(barrier_id=SCHEDULER_BARRIER + next_wg, number_of_threads=256)
 
