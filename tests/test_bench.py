@@ -72,7 +72,9 @@ def test_quick_grid_and_timing():
     assert cli.settings(parse("--pass", "bwd", "--repeats", "50", "--no-check")) == Settings("bwd", 25.0, 50.0, False)
 
 
-@pytest.mark.parametrize("flag", [("--dtype", "fp8"), ("--seqlen", "0"), ("--causal", "maybe"), ("--pass", "x")])
+@pytest.mark.parametrize(
+    "flag", [("--dtype", "fp8"), ("--seqlen", "0"), ("--causal", "maybe"), ("--pass", "x"), ("--rounds", "0")]
+)
 def test_malformed_flags_are_argparse_errors(flag, capsys):
     with pytest.raises(SystemExit):
         parse(*flag)
