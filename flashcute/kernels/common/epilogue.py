@@ -10,7 +10,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from flashcute.kernels.common.copy import head_dim_predicate
-from flashcute.kernels.common.layout import acc_rows_cols
+from flashcute.kernels.common.layout import acc_rows_cols, converted
 
 
 @cute.jit
@@ -33,8 +33,7 @@ def store_o(
     the shared-memory writes and reads, the whole thread block meets at a barrier, or with ``barrier_threads`` only
     that many threads (a warp-specialized kernel's consumers) at named barrier ``barrier_id``.
     """
-    rO = cute.make_fragment_like(acc_O, sO.element_type)
-    rO.store(acc_O.load().to(sO.element_type))
+    rO = converted(acc_O, sO.element_type)
     smem_copy_atom_O = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), sO.element_type)
     smem_thr_copy_O = cute.make_tiled_copy_C(smem_copy_atom_O, tiled_mma).get_slice(tidx)
     cute.copy(smem_thr_copy_O, smem_thr_copy_O.retile(rO), smem_thr_copy_O.partition_D(sO))

@@ -9,6 +9,9 @@ A Hopper wgmma 64xN accumulator is the same pattern with the N/8 column blocks f
 ((2, 2, N/8), MMA_M, MMA_N), and its (rows, cols) view is ((2, MMA_M), (2, N/8, MMA_N)).
 """
 
+import math
+
+import cutlass
 import cutlass.cute as cute
 
 
@@ -38,3 +41,24 @@ def acc_as_operand_a(acc: cute.Tensor) -> cute.Tensor:
         stride=((divided.stride[0], divided.stride[2][0]), divided.stride[1], divided.stride[2][1]),
     )
     return cute.make_tensor(acc.iterator, as_a)
+
+
+def store_converted(src: cute.Tensor, dst: cute.Tensor):
+    """dst = src in dst's element type, for two register fragments of one shape. LLVM converts a vector whose
+    length is not a power of two one element at a time: the 40 values a thread holds of a 64x80 warpgroup tile took
+    40 F2FP and 20 PRMT, where 20 F2FP convert them in pairs. Such a vector goes in chunks of 8 (in logical order);
+    a power-of-two one in one piece, which LLVM converts in pairs itself (chunks there changed ptxas's register
+    allocation of the spilling sm80 d128 kernel: 149 -> 153 spill instructions)."""
+    n = cute.size(src)
+    chunk = n if n & (n - 1) == 0 else math.gcd(n, 8)
+    src_chunks = cute.logical_divide(src, cute.make_layout(chunk))
+    dst_chunks = cute.logical_divide(dst, cute.make_layout(chunk))
+    for i in range(n // chunk):
+        dst_chunks[None, i].store(src_chunks[None, i].load().to(dst.element_type))
+
+
+def converted(src: cute.Tensor, dtype: type[cutlass.Numeric]) -> cute.Tensor:
+    """A new register fragment like ``src`` holding its values in ``dtype`` (see store_converted)."""
+    dst = cute.make_fragment_like(src, dtype)
+    store_converted(src, dst)
+    return dst

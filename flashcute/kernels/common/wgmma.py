@@ -19,6 +19,8 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
 from cutlass.cute.nvgpu.tcgen05.helpers import int_to_smem_descriptor, smem_descriptor_to_int
 
+from flashcute.kernels.common.layout import store_converted
+
 
 def make_tiled_mmas(dtype: type[cutlass.Numeric], block_n: int, head_dim: int) -> tuple[cute.TiledMma, cute.TiledMma]:
     """(Q K^T, P V) MMAs of one warpgroup: (64, block_n) scores from smem x smem, (64, head_dim) output from
@@ -107,5 +109,5 @@ def gemm(
 @cute.jit
 def store_probs(acc_S: cute.Tensor, tOrP: cute.Tensor):
     """P in 16 bits into the P V MMA's A fragment. With 64-row warpgroup tiles the accumulator's element order,
-    ((2, 2, N/8), 1, 1), is the A fragment's ((2, 2, 2), 1, N/16), so a plain element-wise store converts it."""
-    cute.make_tensor(tOrP.iterator, acc_S.layout).store(acc_S.load().to(tOrP.element_type))
+    ((2, 2, N/8), 1, 1), is the A fragment's ((2, 2, 2), 1, N/16), so an element-wise store converts it."""
+    store_converted(acc_S, cute.make_tensor(tOrP.iterator, acc_S.layout))

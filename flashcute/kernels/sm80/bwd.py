@@ -37,7 +37,7 @@ from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common.atomics import add_tile
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_ss
-from flashcute.kernels.common.layout import acc_rows_cols
+from flashcute.kernels.common.layout import acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.softmax import LOG2_E, d_rows, lse_log2_rows, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
@@ -469,10 +469,8 @@ class FlashAttentionBackwardSm80:
         gemm_ss(st.tiled_mma_sdp, acc_dP, frag.rdO, frag.rV, tdPsdO, st.tdPsV, st.copy_A_sdp, st.copy_B_sdp)
         softmax_grad(acc_S, acc_dP, d_rows(st.sD[None, stage], st.tScS, rows_left))  # acc_dP becomes dS
         # P and dS -> shared memory in 16 bits: their transposes are the A operands of dV and dK
-        rP = cute.make_fragment_like(acc_S, self.dtype)
-        rP.store(acc_S.load().to(self.dtype))
-        rdS = cute.make_fragment_like(acc_dP, self.dtype)
-        rdS.store(acc_dP.load().to(self.dtype))
+        rP = converted(acc_S, self.dtype)
+        rdS = converted(acc_dP, self.dtype)
         cute.copy(st.store_P, st.store_P.retile(rP), st.tPsP)
         cute.copy(st.store_P, st.store_P.retile(rdS), st.tdSsdS)
         cute.arch.sync_threads()  # P and dS are in shared memory for every warp

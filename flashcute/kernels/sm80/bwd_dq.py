@@ -22,7 +22,7 @@ from flashcute.config import DQConfig
 from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
-from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols
+from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.softmax import LOG2_E, load_row_stats, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
@@ -292,7 +292,6 @@ class FlashAttentionBackwardDQSm80:
         )
         softmax_grad(acc_S, acc_dP, st.d_row)
         # step 6: dQ += dS K, dS converted to 16 bits in the registers that computed it
-        rdS = cute.make_fragment_like(acc_dP, self.dtype)
-        rdS.store(acc_dP.load().to(self.dtype))
+        rdS = converted(acc_dP, self.dtype)
         gemm_rs(st.tiled_mma, acc_dQ, acc_as_operand_a(rdS), st.rKt, st.copy_Bt.partition_S(st.sKt), st.copy_Bt)
         cute.arch.sync_threads()  # every warp is done with sK and sV before the next tile loads

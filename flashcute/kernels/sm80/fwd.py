@@ -27,7 +27,7 @@ from flashcute.config import FwdConfig
 from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
-from flashcute.kernels.common.layout import acc_as_operand_a
+from flashcute.kernels.common.layout import acc_as_operand_a, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
@@ -355,8 +355,7 @@ class FlashAttentionForwardSm80:
         row_scale = softmax.update(acc_S)
         softmax.rescale_o(acc_O, row_scale)
         # step 6: O += P V, P converted to 16 bits in the registers that held S
-        rP = cute.make_fragment_like(acc_S, self.dtype)
-        rP.store(acc_S.load().to(self.dtype))
+        rP = converted(acc_S, self.dtype)
         tOsVt = mma.tOsVt[None, None, None, stage]
         gemm_rs(mma.tiled_mma, acc_O, acc_as_operand_a(rP), mma.tOrVt, tOsVt, mma.smem_thr_copy_V)
 

@@ -39,6 +39,7 @@ from cutlass.cute.nvgpu import cpasync
 from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, Sm90FwdConfig
 from flashcute.kernels.common import tma
 from flashcute.kernels.common.epilogue import store_lse
+from flashcute.kernels.common.layout import converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.scheduler import heads_per_section, persistent_tile, tile_coords
 from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
@@ -769,8 +770,7 @@ class FlashAttentionForwardSm90:
         it to have read the buffer only before the next tile's O is written there (and at the end, consume). Under
         sQ it waits at once, since Q's buffer is released for the next Q right after.
         """
-        rO = cute.make_fragment_like(acc_O, self.dtype)
-        rO.store(acc_O.load().to(self.dtype))
+        rO = converted(acc_O, self.dtype)
         if cutlass.const_expr(not self.config.o_aliases_q):  # noqa: SIM102 (a compile-time test around a run-time one)
             if wg_tidx < 32:
                 cute.arch.cp_async_bulk_wait_group(0, read=True)  # the previous tile's store has read sO
