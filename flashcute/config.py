@@ -135,8 +135,8 @@ class Sm90FwdConfig:
     then takes a zeroed int32 counter. Worth it where tiles differ in length (a causal mask)."""
     take_turns: bool = True
     """True: the consumer warpgroups take turns issuing their MMAs (a pair of named barriers), so one's softmax
-    runs under the other's MMAs. FlashAttention-4 does so up to head dim 128 only; here every head dim does (the
-    heuristic's measurement: TAKE_TURNS_NOTE)."""
+    runs under the other's MMAs. FlashAttention-4 does so up to head dim 128 only; here every head dim does
+    but 256 without a mask (the heuristic's measurement: TAKE_TURNS_NOTE)."""
 
     @property
     def num_mma_warpgroups(self) -> int:
@@ -197,22 +197,28 @@ class Sm90FwdConfig:
 #     (the 192-row tile spilled under a mask before; at 1k 128x128 is ahead, but one tile for every length is kept)
 #   D=256:   (128,64,2)e 627/731/720 | 584/643/624   (128,80,2)e 618/676/684 | 609/668/658
 #     causal (128,64,2)e 436/633/684 | 419/568/630   (128,80,2)e 426/603/673 | 427/617/694
-#     (bf16 runs best on 64-row K/V tiles, fp16 on 80-row ones, causal or not: D256_BLOCK_N)
-# D=32, 96 and 192 were not swept; they take FlashAttention-3's H100 shapes within the register budget.
-D256_BLOCK_N = {"bfloat16": 64, "float16": 80}
-# TAKE_TURNS_NOTE: without turns at D=256 (FlashAttention-4's rule), A/B against turns on one H200 at 619e4b7's
-# kernels (bench/results/2026-11-30-h200-619e4b7-ab-branches, best of two processes a side, 1k/4k/16k):
-#   non-causal bf16 0.989/1.064/1.019, fp16 0.963/0.947/1.026; causal bf16 0.776/1.038/0.996, fp16 0.995/1.080/1.023;
-#   without turns and bf16 on 80-row tiles: non-causal 0.994/1.038/1.024, causal 0.956/0.963/0.982.
-# No direction outside the spread of two processes, and bf16 causal 1k fell twice: the turns stay at every head dim
-# until a sweep with alternating rounds (scripts/tune.py --rounds) says otherwise.
+#     (bf16 ran best on 64-row K/V tiles then, fp16 on 80-row ones)
+# The 80-row tiles' P had been converted to 16 bits one value at a time (layout.store_converted says why: 54 extra
+# instructions in a D=256 step, 63 at D=192). Converted in pairs, scripts/tune.py --rounds 3 on one H200 (working
+# tree after eaf89c6, bf16 | fp16, 4k/16k, "t": taking turns, "nt": not):
+#   D=256:  (128,80)e nt 669/691 | 640/645   (128,80)e t 661/684 | 624/636   (128,64)e t 658/662 | 607/619
+#     causal (128,80)e nt 611/679 | 580/645   (128,80)e t 599/672 | 566/651   (128,64)e t 598/655 | 565/608
+#   (flash-attn-4 in the same runs: 665/721 | 662/704, causal 616/697 | 595/678)
+#   D=192 bf16: (128,96)e t 674/713, causal 595/679   (128,96)e nt 664/694, causal 591/682   (128,112)e t 671/707,
+#     causal 595/685   (128,64)e t 638/658, causal 564/622 -> 80-row tiles at D=256 (TAKE_TURNS_NOTE for the turns)
+# TAKE_TURNS_NOTE: the consumer warpgroups take turns at every head dim but 256 without a mask (FlashAttention-4
+# stops above 128; at D=192 the turns won 3 of 4 points above). At D=256 the sweep above favours no turns at 7 of 8
+# points (fp16 causal 16k: 645 against 651), but under a causal mask at 1k bf16 without turns fell far behind in
+# the three-round benchmark of the same tree (261 TFLOP/s against flash-attn-4's 398; fp16 428 against 442), as it
+# had on 64-row tiles in the A/B of 619e4b7 (bench/results/2026-11-30-h200-619e4b7-ab-branches: 0.776): with a mask
+# the turns stay (80-row tiles with turns, causal: 599/672 | 566/651 above, no 1k fall seen with turns).
 _SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
     32: ((128, 128, 2), (128, 128, 2)),
     64: ((192, 128, 2), (192, 128, 2)),
     96: ((128, 128, 2), (128, 128, 2)),
     128: ((128, 128, 2), (128, 128, 2)),
     192: ((128, 96, 2), (128, 96, 2)),
-    256: ((128, 64, 2), (128, 64, 2)),
+    256: ((128, 80, 2), (128, 80, 2)),
 }
 
 
@@ -230,13 +236,11 @@ def sm90_fwd_config(
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
-    the consumer warpgroups take at every head dim (TAKE_TURNS_NOTE), and ``claim_tiles`` the one made by the mask
-    (claimed tiles under a causal mask or right window, whose tiles differ in length)."""
+    the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), and ``claim_tiles`` the one
+    made by the mask (claimed tiles under a causal mask or right window, whose tiles differ in length)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
-    if tiles is None and bucket == 256:
-        block_n = D256_BLOCK_N[dtype]
     return Sm90FwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,
@@ -248,7 +252,7 @@ def sm90_fwd_config(
         mask_left=window_left >= 0,
         rescale_o_early=bucket > 128 if rescale_o_early is None else rescale_o_early,
         claim_tiles=(causal or window_right >= 0) if claim_tiles is None else claim_tiles,
-        take_turns=True if take_turns is None else take_turns,
+        take_turns=(bucket != 256 or masked) if take_turns is None else take_turns,
     )
 
 

@@ -31,17 +31,11 @@ from flashcute.reference import attention_ref
 
 SM90_CANDIDATES = {
     32: [(128, 128, 2, False), (192, 128, 2, False)],
-    64: [(192, 128, 2, False), (128, 128, 2, False), (192, 112, 2, False), (192, 96, 2, False)],
+    64: [(192, 128, 2, False), (192, 128, 3, False), (192, 128, 2, False, False), (128, 128, 2, False)],
     96: [(128, 128, 2, False), (192, 128, 2, False), (128, 96, 2, False)],
-    128: [(128, 128, 2, False), (128, 128, 2, True), (128, 176, 2, False), (128, 112, 2, False)],
+    128: [(128, 128, 2, False), (128, 128, 3, False), (128, 128, 2, False, False), (128, 112, 2, False)],
     192: [(128, 96, 2, True), (128, 112, 2, True), (128, 64, 2, True), (128, 96, 2, True, False)],
-    256: [
-        (128, 80, 2, True),
-        (128, 80, 2, False),
-        (128, 64, 2, True),
-        (128, 80, 2, True, False),
-        (128, 64, 2, True, False),
-    ],
+    256: [(128, 80, 2, True, False), (128, 80, 2, True, True), (128, 64, 2, True, False), (128, 64, 2, True, True)],
 }
 CANDIDATES = {
     32: [(128, 128, 4, 1), (128, 64, 4, 1), (128, 128, 4, 2)],
@@ -119,8 +113,8 @@ def sweep_point(
         runs["fa4"] = partial(fa4, q, k, v, causal=causal)
     except ImportError:
         pass
-    row: dict = {"headdim": d, "causal": causal, "seqlen": seqlen}
     dtype_name = str(dtype).removeprefix("torch.")
+    row: dict = {"dtype": dtype_name, "headdim": d, "causal": causal, "seqlen": seqlen}
     sm90 = kernel_name == "sm90"
     for candidate in (SM90_CANDIDATES if sm90 else CANDIDATES)[d]:
         config = make_config(kernel_name, d, dtype_name, causal, candidate)

@@ -71,11 +71,12 @@ def test_sm90_heuristic_by_mask(window):
     assert (config.block_m, config.block_n) == (192, 128)
     assert (config.mask_right, config.mask_left) == (right >= 0, left >= 0)
     assert sm90_fwd_config(256, "bfloat16").rescale_o_early and not sm90_fwd_config(128, "bfloat16").rescale_o_early
-    for bucket in HEAD_DIM_BUCKETS:  # the consumer warpgroups take turns at every head dim (config.TAKE_TURNS_NOTE)
-        assert sm90_fwd_config(bucket, "bfloat16").take_turns
-    assert not sm90_fwd_config(256, "bfloat16", take_turns=False).take_turns
+    for bucket in HEAD_DIM_BUCKETS:  # turns but at head dim 256 without a mask (config.TAKE_TURNS_NOTE)
+        turns = sm90_fwd_config(bucket, "bfloat16", window_left=left, window_right=right).take_turns
+        assert turns == (bucket != 256 or window != (-1, -1))
+    assert sm90_fwd_config(256, "bfloat16", take_turns=True).take_turns
     d256 = {dtype: sm90_fwd_config(256, dtype, window_left=left, window_right=right).block_n for dtype in DTYPES}
-    assert d256 == {"bfloat16": 64, "float16": 80}  # measured per dtype (config.D256_BLOCK_N)
+    assert d256 == {"bfloat16": 80, "float16": 80}
 
 
 @pytest.mark.parametrize("window", MASK_VARIANTS, ids=str)
@@ -91,8 +92,8 @@ def test_sm90_grid_without_claims_gives_long_causal_walks_a_block_a_tile():
     config = sm90_fwd_config(128, "bfloat16", causal=True, claim_tiles=False)
     assert config.grid_limit(32 * 128, 132) == 132  # a walk of 32 K/V tiles: persistent
     assert config.grid_limit(32 * 128 + 1, 132) == 1 << 30  # past 32: every tile its own thread block
-    d256 = sm90_fwd_config(256, "bfloat16", causal=True, claim_tiles=False)  # 64-row K/V tiles: past 32 at 2k
-    assert d256.grid_limit(2048, 132) == 132 and d256.grid_limit(2049, 132) == 1 << 30
+    d256 = sm90_fwd_config(256, "bfloat16", causal=True, claim_tiles=False)  # 80-row K/V tiles: past 32 at 2560
+    assert d256.grid_limit(2560, 132) == 132 and d256.grid_limit(2561, 132) == 1 << 30
 
 
 def test_alternative_tiles_are_not_the_heuristics_pick():
