@@ -62,7 +62,12 @@ class FwdConfig:
 #          (128,128,8,1) 284/294 | 257/281  -> (128,64,4,1)
 #   D=128: (128,64,4,1) 374/372 | 325/347   (128,64,4,2) 367/373 | 326/351   (128,32,4,1) 341/348 | 310/328
 #          (128,64,8,1) 297/301 | 286/307   (64,64,4,1)  301/302 | 293/315   (128,128,8,1) 336/329 | 305/333
-#          -> (128,64,4,1): 2 stages wins only at 16k and by 1%; one stage keeps 64 KB free for a third CTA's worth
+#          -> (128,64,4,1) then: 2 stages won only at 16k and by 1%
+#   D=128 again with alternating rounds (scripts/tune.py --rounds 3, working tree after eaf89c6; bf16 non-causal |
+#   causal, then fp16 non-causal | causal, 4k/16k each): (128,64,4,1) 368/382 | 327/357, 360/372 | 319/344
+#          (128,64,4,2) 376/379 | 337/361, 378/383 | 337/364   (128,48,4,1) 360/375 | 329/354, 366/370 | 322/350
+#          -> (128,64,4,2): ahead at 7 of 8
+#          points (+1-6 %); a third thread block never fits beside two anyway (4 warps x 255 registers each)
 #   D=256: (128,64,8,1) 340/342 | 294/351   (64,64,4,1)  323/318 | 297/313   (64,64,4,2) 296/300 | 279/294
 #          (64,32,4,1)  300/302 | 275/302  -> (128,64,8,1)
 # D=32, 96 and 192 were not swept yet; they take their neighbours' shapes within the register and shared-memory
@@ -71,7 +76,7 @@ _SM80_TILES: dict[int, tuple[int, int, int, int]] = {
     32: (128, 128, 4, 1),
     64: (128, 64, 4, 1),
     96: (128, 64, 4, 1),
-    128: (128, 64, 4, 1),
+    128: (128, 64, 4, 2),
     192: (128, 64, 8, 1),
     256: (128, 64, 8, 1),
 }
