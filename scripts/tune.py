@@ -7,7 +7,8 @@ PyTorch SDPA's flash backend, flash-attn-4 when it is installed, and every candi
 timed --rounds times in turn with the others, the median of those kept), checks each candidate's output on a slice
 against the float64 spec, and prints one JSON line per point. config.py's
 tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, num_stages); sm90 candidates
-(block_m, block_n, num_stages, rescale_o_early[, take_turns]).
+(block_m, block_n, num_stages, rescale_o_early[, take_turns[, "tile"]]), where "tile" launches one thread block a
+tile instead of the grid Sm90FwdConfig.grid_limit picks (the persistent grid, under a mask at long walks not).
 """
 
 import argparse
@@ -31,9 +32,9 @@ from flashcute.reference import attention_ref
 
 SM90_CANDIDATES = {
     32: [(128, 128, 2, False), (192, 128, 2, False)],
-    64: [(192, 128, 2, False), (192, 128, 3, False), (192, 128, 2, False, False), (128, 128, 2, False)],
+    64: [(192, 128, 2, False), (192, 128, 2, False, True, "tile"), (192, 128, 3, False), (128, 128, 2, False)],
     96: [(128, 128, 2, False), (192, 128, 2, False), (128, 96, 2, False)],
-    128: [(128, 128, 2, False), (128, 128, 3, False), (128, 128, 2, False, False), (128, 112, 2, False)],
+    128: [(128, 128, 2, False), (128, 128, 2, False, True, "tile"), (128, 128, 3, False), (128, 112, 2, False)],
     192: [(128, 96, 2, True), (128, 112, 2, True), (128, 64, 2, True), (128, 96, 2, True, False)],
     256: [(128, 80, 2, True, False), (128, 80, 2, True, True), (128, 64, 2, True, False), (128, 64, 2, True, True)],
 }
@@ -118,7 +119,9 @@ def sweep_point(
     sm90 = kernel_name == "sm90"
     for candidate in (SM90_CANDIDATES if sm90 else CANDIDATES)[d]:
         config = make_config(kernel_name, d, dtype_name, causal, candidate)
-        extra = (config.grid_limit(seqlen, _num_sms(torch.cuda.current_device())),) if sm90 else ()
+        one_block_a_tile = sm90 and candidate[5:] == ("tile",)
+        grid_limit = 1 << 30 if one_block_a_tile else config.grid_limit(seqlen, _num_sms(torch.cuda.current_device()))
+        extra = (grid_limit,) if sm90 else ()
         kernel = compile_cache.get_compiled(arch, config, partial(compile_fwd, config, arch))
         out, lse = torch.empty_like(q), torch.empty(batch, heads, seqlen, device="cuda")
         counter = torch.zeros(1, dtype=torch.int32, device="cuda") if sm90 and config.claim_tiles else None
