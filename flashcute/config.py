@@ -137,7 +137,7 @@ class Sm90FwdConfig:
     claim_tiles: bool = False
     """True: the persistent thread blocks claim tiles from a global counter as they finish one (an atomic add by
     the producer warp, passed to the consumers through shared memory), instead of the fixed snake order; the call
-    then takes a zeroed int32 counter. Worth it where tiles differ in length (a causal mask)."""
+    then takes a zeroed int32 counter. The heuristic claims at every mask: CLAIM_TILES_NOTE."""
     take_turns: bool = True
     """True: the consumer warpgroups take turns issuing their MMAs (a pair of named barriers), so one's softmax
     runs under the other's MMAs. FlashAttention-4 does so up to head dim 128 only; here every head dim does
@@ -217,6 +217,15 @@ class Sm90FwdConfig:
 # the three-round benchmark of the same tree (261 TFLOP/s against flash-attn-4's 398; fp16 428 against 442), as it
 # had on 64-row tiles in the A/B of 619e4b7 (bench/results/2026-11-30-h200-619e4b7-ab-branches: 0.776): with a mask
 # the turns stay (80-row tiles with turns, causal: 599/672 | 566/651 above, no 1k fall seen with turns).
+# CLAIM_TILES_NOTE: the persistent thread blocks claim their tiles under every mask. Under a causal mask tiles
+# differ in length, and claiming balanced them best from the start (08b2513). Without a mask the tiles are equal,
+# yet claiming still beat the fixed snake in scripts/tune.py --rounds 3 on one H200 (session of stop 14, working
+# tree on bdabbaf, non-causal, TFLOP/s fixed -> claimed at 4k/16k, bf16 | fp16): D=128 622 -> 639 / 645 -> 651 |
+# 606 -> 621 / 605 -> 622, and in a second lease 628 -> 627 / 646 -> 655 | 601 -> 603 / 611 -> 623 (1k: 541 -> 548 |
+# 510 -> 531); D=64 489 -> 494 / 533 -> 527 | 476 -> 481 / 508 -> 512; D=256 671 -> 684 / 720 -> 716 | 632 -> 644 /
+# 673 -> 663. Blocks that run at different speeds (their SMs' distance to the L2 slices, clocks) finish their fixed
+# shares at different times; claimed tiles end the walk together. L2-sized head sections cost the non-causal walk
+# (D=128 bf16 claimed, 4k/16k: 639 -> 602 / 651 -> 637, a tree with sections in the same lease): it keeps one head.
 _SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
     32: ((128, 128, 2), (128, 128, 2)),
     64: ((192, 128, 2), (192, 128, 2)),
@@ -241,8 +250,8 @@ def sm90_fwd_config(
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
-    the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), and ``claim_tiles`` the one
-    made by the mask (claimed tiles under a causal mask or right window, whose tiles differ in length)."""
+    the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), and ``claim_tiles`` the
+    claimed tiles (CLAIM_TILES_NOTE)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
@@ -256,7 +265,7 @@ def sm90_fwd_config(
         mask_right=causal or window_right >= 0,
         mask_left=window_left >= 0,
         rescale_o_early=bucket > 128 if rescale_o_early is None else rescale_o_early,
-        claim_tiles=(causal or window_right >= 0) if claim_tiles is None else claim_tiles,
+        claim_tiles=True if claim_tiles is None else claim_tiles,
         take_turns=(bucket != 256 or masked) if take_turns is None else take_turns,
     )
 

@@ -7,8 +7,9 @@ PyTorch SDPA's flash backend, flash-attn-4 when it is installed, and every candi
 timed --rounds times in turn with the others, the median of those kept), checks each candidate's output on a slice
 against the float64 spec, and prints one JSON line per point. config.py's
 tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, num_stages); sm90 candidates
-(block_m, block_n, num_stages, rescale_o_early[, take_turns[, "tile"]]), where "tile" launches one thread block a
-tile instead of the grid Sm90FwdConfig.grid_limit picks (the persistent grid, under a mask at long walks not).
+(block_m, block_n, num_stages, rescale_o_early[, take_turns[, grid]]), where grid "tile" launches one thread block
+a tile instead of the grid Sm90FwdConfig.grid_limit picks (the persistent grid, under a mask at long walks not),
+and "claim" makes the persistent thread blocks claim their tiles (Sm90FwdConfig.claim_tiles) with or without a mask.
 """
 
 import argparse
@@ -32,11 +33,22 @@ from flashcute.reference import attention_ref
 
 SM90_CANDIDATES = {
     32: [(128, 128, 2, False), (192, 128, 2, False)],
-    64: [(192, 128, 2, False), (192, 128, 2, False, True, "tile"), (192, 128, 3, False), (128, 128, 2, False)],
+    64: [(192, 128, 2, False), (192, 128, 2, False, True, "tile"), (192, 128, 2, False, True, "claim")],
     96: [(128, 128, 2, False), (192, 128, 2, False), (128, 96, 2, False)],
-    128: [(128, 128, 2, False), (128, 128, 2, False, True, "tile"), (128, 128, 3, False), (128, 112, 2, False)],
+    128: [
+        (128, 128, 2, False),
+        (128, 128, 2, False, True, "claim"),
+        (128, 144, 2, False, True, "claim"),
+        (128, 160, 2, False, True, "claim"),
+        (128, 176, 2, False, True, "claim"),
+    ],
     192: [(128, 96, 2, True), (128, 112, 2, True), (128, 64, 2, True), (128, 96, 2, True, False)],
-    256: [(128, 80, 2, True, False), (128, 80, 2, True, True), (128, 64, 2, True, False), (128, 64, 2, True, True)],
+    256: [
+        (128, 80, 2, True, False),
+        (128, 80, 2, True, True),
+        (128, 80, 2, True, False, "tile"),
+        (128, 80, 2, True, False, "claim"),
+    ],
 }
 CANDIDATES = {
     32: [(128, 128, 4, 1), (128, 64, 4, 1), (128, 128, 4, 2)],
@@ -66,22 +78,24 @@ def main() -> None:
     parser.add_argument("--headdim", default="64,128,256")
     parser.add_argument("--seqlen", default="4096,16384")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--causal", default="no,yes", help="which masks to sweep: no, yes or both")
     parser.add_argument("--rounds", type=int, default=3, help="times every run is timed, in turn; the median is kept")
     args = parser.parse_args()
     head_dims = [int(d) for d in args.headdim.split(",")]
     seqlens = [int(s) for s in args.seqlen.split(",")]
+    masks = [{"no": False, "yes": True}[c] for c in args.causal.split(",")]
     arch = device_arch(torch.device("cuda"))
     configs = [
         make_config(args.kernel, d, args.dtype, causal, candidate)
         for d in head_dims
         for candidate in (SM90_CANDIDATES if args.kernel == "sm90" else CANDIDATES)[d]
-        for causal in (False, True)
+        for causal in masks
     ]
     with ProcessPoolExecutor() as pool:  # fill the disk cache in parallel; the loop below then only loads
         list(pool.map(_compile_one, configs, [arch] * len(configs)))
     dtype = getattr(torch, args.dtype)
     for d in head_dims:
-        for causal in (False, True):
+        for causal in masks:
             for seqlen in seqlens:
                 row = sweep_point(args.kernel, arch, dtype, d, causal, seqlen, args.rounds)
                 print(json.dumps(row), flush=True)
@@ -90,8 +104,15 @@ def main() -> None:
 def make_config(kernel: str, d: int, dtype: str, causal: bool, candidate: tuple):
     if kernel == "sm90":
         take_turns = candidate[4] if len(candidate) > 4 else None
+        claim_tiles = True if candidate[5:] == ("claim",) else None
         return sm90_fwd_config(
-            d, dtype, causal=causal, tiles=candidate[:3], rescale_o_early=candidate[3], take_turns=take_turns
+            d,
+            dtype,
+            causal=causal,
+            tiles=candidate[:3],
+            rescale_o_early=candidate[3],
+            take_turns=take_turns,
+            claim_tiles=claim_tiles,
         )
     return fwd_config(d, dtype, causal=causal, tiles=candidate)
 

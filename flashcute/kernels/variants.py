@@ -65,17 +65,33 @@ def sm90_bwd_variants(exact_only: bool = False) -> list[Sm90BwdConfig]:
 # (block_m, block_n, num_warps, num_stages), sm90 (block_m, block_n, num_stages).
 ALTERNATIVE_TILES = {
     "sm80": [(128, 64, 4, 2), (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1)],
-    "sm90": [(64, 128, 2), (192, 128, 2), (128, 64, 3), (128, 176, 2), (128, 112, 1), (128, 80, 2, "no turns")],
+    "sm90": [
+        (64, 128, 2),
+        (192, 128, 2),
+        (128, 64, 3),
+        (128, 176, 2),
+        (128, 112, 1),
+        (128, 80, 2, "no turns"),
+        (128, 96, 2, "fixed order"),
+    ],
 }
 """Tile configs besides the heuristic's picks that the tests build at head dim 96: sm80 (block_m, block_n,
-num_warps, num_stages), sm90 (block_m, block_n, num_stages[, "no turns": config.take_turns off])."""
+num_warps, num_stages), sm90 (block_m, block_n, num_stages[, "no turns": config.take_turns off; "fixed order":
+config.claim_tiles off, the snake order of a persistent grid or, under a mask with long walks, a block a tile])."""
 
 
 def alternative_tile_config(kernel: str, tiles: tuple, window_left: int, window_right: int):
     """The test's config for one of ALTERNATIVE_TILES[kernel] under a mask."""
     masks = {"window_left": window_left, "window_right": window_right}
     if kernel == "sm90":
-        return sm90_fwd_config(96, "bfloat16", **masks, tiles=tiles[:3], take_turns="no turns" not in tiles)
+        return sm90_fwd_config(
+            96,
+            "bfloat16",
+            **masks,
+            tiles=tiles[:3],
+            take_turns="no turns" not in tiles,
+            claim_tiles="fixed order" not in tiles,
+        )
     return fwd_config(96, "bfloat16", **masks, tiles=tiles)
 
 

@@ -12,11 +12,11 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   overlaps the other's MMAs (config.take_turns; FlashAttention-4 takes turns up to head dim 128 only).
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
-- Persistent. The grid has one thread block per SM (or fewer). Without a causal mask each walks tiles
-  block_idx, block_idx + grid, ... in the order of kernels/common/scheduler.py; under one (tiles of different
-  lengths) each starts with tile block_idx and then claims the next tile in that order from a global counter as
-  it finishes one (config.claim_tiles): the producer warp adds to the counter and hands the index to the
-  consumers through a two-slot ring in shared memory. The producer runs ahead into the next tile: its Q and
+- Persistent. The grid has one thread block per SM (or fewer). Each starts with tile block_idx of the order of
+  kernels/common/scheduler.py and then claims the next tile in that order from a global counter as it finishes
+  one (config.claim_tiles, the heuristic's choice): the producer warp adds to the counter and hands the index to
+  the consumers through a two-slot ring in shared memory. Without claims each walks tiles block_idx,
+  block_idx + grid, ... in a fixed snake order. The producer runs ahead into the next tile: its Q and
   first K/V tiles load while the consumers finish and store this one. O has its own shared
   memory where it fits (head dim <= 128); at 192 and 256 it reuses Q's, so the next Q loads only after O has
   left.
