@@ -86,17 +86,17 @@ _SM90_BWD = (
     "at ed73b36 anyway: 1.23x-1.54x SDPA flash's backward (docs/perf-notes.md)"
 )
 _SM90_D256_CLAIMS = (
-    "Hopper forward at head dim 256 with claimed tiles (08b2513): U is 128 fp32 registers a consumer thread, and "
-    "the per-tile code around the K/V loops (claimed index, first tile, epilogue) and the producer warp's loop "
-    "spill a few scalars: 8 bytes of stack, 4-10 spill instructions, none in the K/V step loops"
+    "Hopper forward at head dim 256 with claimed tiles (08b2513; under every mask since CLAIM_TILES_NOTE, with the "
+    "tile order's fast divisors as kernel arguments): U is 128 fp32 registers a consumer thread, and the per-tile "
+    "code around the K/V loops (claimed index, first tile, epilogue) and the producer warp's loop spill a few "
+    "scalars: 8 bytes of stack, 3-10 spill instructions, none in the K/V step loops"
 )
 KNOWN_SPILLS: dict[str, str] = {
     **dict.fromkeys(
         [
-            "sm_90a-sm90-bfloat16-d256-128x80s2-early-both",
-            "sm_90a-sm90-bfloat16-d256-128x80s2-early-right",
-            "sm_90a-sm90-float16-d256-128x80s2-early-both",
-            "sm_90a-sm90-float16-d256-128x80s2-early-right",
+            f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}"
+            for dtype in ("bfloat16", "float16")
+            for mask in ("noturns-nomask", "left", "both", "right")
         ],
         _SM90_D256_CLAIMS,
     ),

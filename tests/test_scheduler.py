@@ -5,12 +5,21 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flashcute.kernels.common.scheduler import L2_BYTES, heads_per_section, persistent_tile, tile_coords
+from flashcute.kernels.common.scheduler import (
+    L2_BYTES,
+    heads_per_section,
+    persistent_tile,
+    tile_coords,
+    tile_divisors,
+)
 
 
-@given(st.integers(1, 9), st.integers(1, 7), st.integers(1, 5), st.integers(1, 12))
-def test_every_tile_exactly_once_longest_first(num_m_blocks, nheads, batch, section):
-    tiles = [tile_coords(i, num_m_blocks, nheads, batch, section) for i in range(num_m_blocks * nheads * batch)]
+@given(st.integers(1, 9), st.integers(1, 7), st.integers(1, 5), st.integers(1, 12), st.booleans())
+def test_every_tile_exactly_once_longest_first(num_m_blocks, nheads, batch, section, precomputed):
+    # precomputed: the divisors a kernel gets as arguments (tile_divisors), here as plain ints
+    divisors = tile_divisors(num_m_blocks, nheads, batch, section) if precomputed else None
+    count = num_m_blocks * nheads * batch
+    tiles = [tile_coords(i, num_m_blocks, nheads, batch, section, divisors) for i in range(count)]
     assert sorted(tiles) == sorted((m, h, b) for m in range(num_m_blocks) for h in range(nheads) for b in range(batch))
     # inside each section the m_blocks never increase: the longest causal tiles go first
     size = min(section, nheads * batch)

@@ -15,7 +15,11 @@ the first: there the first K/V tiles are seen by the most Q tiles.
 Plain Python arithmetic, like TileInfo: Int32 values in a kernel, ints in tests/test_scheduler.py.
 """
 
+from types import SimpleNamespace
+
 import cutlass
+import cutlass.cute as cute
+from cutlass import Int32
 
 L2_BYTES = 50 * 1024 * 1024  # H100 and H200 both have 50 MB of L2
 
@@ -41,20 +45,55 @@ def heads_per_section(seqlen_k, head_dim: int, element_bytes: int = 2, power_of_
     return fit
 
 
-def tile_coords(block_idx, num_m_blocks, nheads, batch, section):
+def tile_divisors(num_m_blocks, nheads, batch, section, make=lambda divisor: divisor) -> SimpleNamespace:
+    """What tile_coords divides by: the tiles of a section, its (pairs), the last section's size (the
+    remainder of the pairs, or a full section), the number of heads. ``make`` wraps each divisor: on the host side
+    of a kernel launch cute.FastDivmodDivisorV2, so that the kernel divides by multiply and shift (a run-time
+    integer division is a reciprocal and a dozen fix-ups: eight of them took 216 SASS instructions a tile)."""
+    num_pairs = nheads * batch
+    section = cutlass.min(section, num_pairs)
+    return SimpleNamespace(
+        tiles=make(section * num_m_blocks),
+        section=make(section),
+        last=make(num_pairs - (num_pairs - 1) // section * section),
+        nheads=make(nheads),
+    )
+
+
+def tile_coords(block_idx, num_m_blocks, nheads, batch, section, divisors: SimpleNamespace | None = None):
     """(m_block, head_idx, batch_idx) of thread block ``block_idx`` of num_m_blocks * nheads * batch.
 
     Sections of ``section`` (batch, head) pairs, in order; the last may be smaller. Inside a section, block index
-    j takes m_block num_m_blocks - 1 - j // size of the pair j % size.
+    j takes m_block num_m_blocks - 1 - j // size of the pair j % size. Without ``divisors`` (tile_divisors) it
+    divides by each run-time value as it comes; with them it divides by both section sizes and keeps the quotient
+    of the one that applies (a select, not a branch).
     """
     num_pairs = nheads * batch
     section = cutlass.min(section, num_pairs)
-    section_idx = block_idx // (section * num_m_blocks)
-    within = block_idx - section_idx * (section * num_m_blocks)
-    size = cutlass.min(section, num_pairs - section_idx * section)
-    pair = section_idx * section + within % size
-    m_block = num_m_blocks - 1 - within // size
-    return m_block, pair % nheads, pair // nheads
+    div = divisors or SimpleNamespace(tiles=section * num_m_blocks, nheads=nheads)
+    section_idx, within = _divmod(block_idx, div.tiles)
+    if divisors is None:
+        rank, slot = _divmod(within, cutlass.min(section, num_pairs - section_idx * section))
+    else:
+        full = (section_idx + 1) * section <= num_pairs
+        (rank, slot), (rank_last, slot_last) = _divmod(within, div.section), _divmod(within, div.last)
+        rank, slot = _pick(full, rank, rank_last), _pick(full, slot, slot_last)
+    batch_idx, head_idx = _divmod(section_idx * section + slot, div.nheads)
+    return num_m_blocks - 1 - rank, head_idx, batch_idx
+
+
+def _divmod(dividend, divisor):
+    """(quotient, remainder) by an int, an Int32 or a cute.FastDivmodDivisorV2."""
+    if isinstance(divisor, cute.FastDivmodDivisor):
+        return divmod(dividend, divisor)
+    return dividend // divisor, dividend % divisor
+
+
+def _pick(cond, if_true, if_false):
+    """if_true where cond holds, else if_false: a Python choice for bools, a select for run-time values."""
+    if isinstance(cond, bool):
+        return if_true if cond else if_false
+    return Int32(cutlass.select_(cond, if_true, if_false))
 
 
 def persistent_tile(block_idx, round_idx, grid_size):

@@ -65,6 +65,38 @@ def fixed_descriptors(frag: cute.Tensor) -> cute.Tensor:
     return cute.make_tensor(int_to_smem_descriptor(fixed), frag.layout)
 
 
+def stage_steps_32bit(fixed: cute.Tensor, stage: cutlass.Int32) -> list[cute.Tensor]:
+    """k_steps(fixed[None, None, None, stage]) for a ``fixed_descriptors`` fragment (MMA, MMA_N, MMA_K, stage), with
+    the offsets added to the descriptors' low 32 bits only. Their start address is the low 14 bits (shared memory
+    >> 4), and an offset inside shared memory never carries out of it, so the high word stays the base's. Which
+    form ptxas keeps in uniform registers depends on the dtype: at fp16 the 64-bit adds and their carries went to
+    ordinary registers and R2UR moves (D=256 step: 42 R2UR, 492 SASS instructions; 32-bit: 27 and 462), at bf16
+    the 64-bit form is the shorter one (425 against 452)."""
+    halves = llvm.inline_asm(
+        llvm.StructType.get_literal([cutlass.Int32.mlir_type, cutlass.Int32.mlir_type]),
+        [smem_descriptor_to_int(fixed.iterator).ir_value()],
+        "mov.b64 {$0, $1}, $2;",
+        "=r,=r,l",
+        has_side_effects=False,
+        is_align_stack=False,
+    )
+    low, high = (cutlass.Int32(llvm.extractvalue(cutlass.Int32.mlir_type, halves, [i])) for i in (0, 1))
+    low = cute.arch.make_warp_uniform(low + cute.crd2idx((0, 0, 0, stage), fixed.layout))
+    steps = []
+    for k in range(cute.size(fixed.shape[2])):
+        low_k = low + cute.crd2idx((0, 0, k, 0), fixed.layout)
+        desc = llvm.inline_asm(
+            Int64.mlir_type,
+            [low_k.ir_value(), high.ir_value()],
+            "mov.b64 $0, {$1, $2};",
+            "=l,r,r",
+            has_side_effects=False,
+            is_align_stack=False,
+        )
+        steps.append(cute.make_tensor(int_to_smem_descriptor(Int64(desc)), fixed[None, None, k, 0].layout))
+    return steps
+
+
 @cute.jit
 def gemm_steps(
     tiled_mma: cute.TiledMma,

@@ -41,7 +41,7 @@ from flashcute.kernels.common import tma
 from flashcute.kernels.common.epilogue import store_lse
 from flashcute.kernels.common.layout import converted
 from flashcute.kernels.common.mask import AttentionMask
-from flashcute.kernels.common.scheduler import heads_per_section, persistent_tile, tile_coords
+from flashcute.kernels.common.scheduler import heads_per_section, persistent_tile, tile_coords, tile_divisors
 from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import (
@@ -50,6 +50,7 @@ from flashcute.kernels.common.wgmma import (
     gemm_steps,
     k_steps,
     make_tiled_mmas,
+    stage_steps_32bit,
     store_probs,
     transpose_view,
 )
@@ -158,6 +159,7 @@ class FlashAttentionForwardSm90:
                 section = fits()
             else:
                 section = fits() if num_tiles <= max_grid else fits(power_of_two=False)
+        divisors = tile_divisors(num_m_blocks, mQ.shape[2], mQ.shape[0], section, make=cute.FastDivmodDivisorV2)
         self.kernel(
             tQ,
             tK,
@@ -176,6 +178,11 @@ class FlashAttentionForwardSm90:
             num_m_blocks,
             num_tiles,
             section,
+            divisors.tiles,
+            divisors.section,
+            divisors.last,
+            divisors.nheads,
+            cute.FastDivmodDivisorV2(mQ.shape[2] // mK.shape[2]),
             mQ.shape[1],
             mK.shape[1],
             sQ_layout,
@@ -212,6 +219,11 @@ class FlashAttentionForwardSm90:
         num_m_blocks: Int32,
         num_tiles: Int32,
         section: Int32,
+        div_section_tiles: cute.FastDivmodDivisorV2,  # scheduler.tile_divisors
+        div_section: cute.FastDivmodDivisorV2,
+        div_last_section: cute.FastDivmodDivisorV2,
+        div_nheads: cute.FastDivmodDivisorV2,
+        div_qheads_per_kvhead: cute.FastDivmodDivisorV2,
         seqlen_q: Int32,
         seqlen_k: Int32,
         sQ_layout: cute.ComposedLayout,
@@ -267,8 +279,11 @@ class FlashAttentionForwardSm90:
             num_m_blocks=num_m_blocks,
             num_tiles=num_tiles,
             section=section,
+            divisors=SimpleNamespace(
+                tiles=div_section_tiles, section=div_section, last=div_last_section, nheads=div_nheads
+            ),
+            qheads_per_kvhead=div_qheads_per_kvhead,
             nheads=mQ.shape[2],
-            nheads_k=mK.shape[2],
             batch=mQ.shape[3],
             tile_info=tile_info,
             counter=mTileCounter,
@@ -369,14 +384,14 @@ class FlashAttentionForwardSm90:
     def tile_at(self, tiles: SimpleNamespace, tile_idx: Int32) -> SimpleNamespace:
         """Step 1 for tile number ``tile_idx``: its coordinates, the K/V tiles it visits and in what order."""
         m_block, head_idx, batch_idx = tile_coords(
-            tile_idx, tiles.num_m_blocks, tiles.nheads, tiles.batch, tiles.section
+            tile_idx, tiles.num_m_blocks, tiles.nheads, tiles.batch, tiles.section, tiles.divisors
         )
         n_block_min, n_block_max = tiles.tile_info.n_block_range(m_block)
         return SimpleNamespace(
             m_block=m_block,
             head_idx=head_idx,
             batch_idx=batch_idx,
-            kv_head_idx=head_idx // (tiles.nheads // tiles.nheads_k),
+            kv_head_idx=head_idx // tiles.qheads_per_kvhead,
             n_block_min=n_block_min,
             n_block_max=n_block_max,
             runs=tiles.tile_info.visit_runs(m_block, n_block_min, n_block_max),
@@ -689,7 +704,7 @@ class FlashAttentionForwardSm90:
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
         pipes.k.consumer_wait(state)
         self.take_turn(wg)
-        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, k_steps(mma.tSrK[None, None, None, state.index]), True, -1)
+        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, self.key_steps(mma.tSrK, state.index), True, -1)
         self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(0)
         pipes.k.consumer_release(state)
@@ -718,7 +733,7 @@ class FlashAttentionForwardSm90:
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
         pipes.k.consumer_wait(state)
         self.take_turn(wg)
-        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, k_steps(mma.tSrK[None, None, None, state.index]), True, -1)
+        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, self.key_steps(mma.tSrK, state.index), True, -1)
         if cutlass.const_expr(self.config.rescale_o_early):
             softmax.rescale_o(mma.acc_O, mma.row_scale)  # the previous tile's alpha, while Q K^T runs
         pipes.v.consumer_wait(v_state)
@@ -737,6 +752,13 @@ class FlashAttentionForwardSm90:
         else:
             softmax.rescale_o(mma.acc_O, row_scale)
         return state
+
+    def key_steps(self, tSrK: cute.Tensor, stage: Int32) -> list[cute.Tensor]:
+        """K's k-step operands in K/V stage ``stage``; for fp16 by 32-bit descriptor adds (wgmma.stage_steps_32bit
+        says why: shorter steps at every head dim, D=128 468 -> 460, D=256 492 -> 462 SASS instructions)."""
+        if cutlass.const_expr(self.dtype is cutlass.Float16):
+            return stage_steps_32bit(tSrK, stage)
+        return k_steps(tSrK[None, None, None, stage])
 
     def take_turn(self, wg: Int32):
         """Wait until the other consumer warpgroup has issued its MMAs (no-op unless self.take_turns)."""
