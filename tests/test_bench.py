@@ -212,8 +212,9 @@ def test_sweep_rounds_alternate_backends_and_keep_the_median(monkeypatch):
     shape = Shape("bf16", 32, False, 64, 1, 2)
     rows = list(sweep([shape], [backend("a"), backend("b"), backend("flaky")], Settings(rounds=3, check=False)))
     assert [(r.backend, r.status, r.ms) for r in rows] == [("a", "ok", 2.0), ("b", "ok", 7.0), ("flaky", "ok", 4.0)]
-    # first call and first timing per backend, then the rounds alternate: a b flaky(fails) a b flaky(fails)
-    assert calls == ["a", "a", "b", "b", "flaky", "flaky", "a", "b", "flaky", "a", "b", "flaky"]
+    # first call and first timing per backend, then the rounds alternate, every other one reversed:
+    # flaky(fails) b a, a b flaky(fails)
+    assert calls == ["a", "a", "b", "b", "flaky", "flaky", "flaky", "b", "a", "a", "b", "flaky"]
     assert cli.settings(parse("--rounds", "3")).rounds == 3
 
 

@@ -34,9 +34,11 @@ class Settings:
     rep_ms: float = 100.0
     check: bool = True
     rounds: int = 1
-    """How many times each backend of a shape is timed, in turn with the others (A B C A B C ...); a row keeps the
-    median. The GPU's clock drifts with its temperature and idle spells, so one reading a backend favors whichever
-    backend the drift favors; alternating rounds give every backend the same conditions."""
+    """How many times each backend of a shape is timed, in turn with the others, every other round in reverse order
+    (A B C, C B A, A B C ...); a row keeps the median. The GPU's clock drifts with its temperature and idle spells,
+    so one reading favors whichever backend the drift favors; alternating rounds give every backend the same
+    conditions. At the power cap a reading also depends on what ran just before it (docs/perf-notes.md, stop 14):
+    reversing the order changes each backend's predecessor from round to round."""
 
 
 def sweep(shapes: list[Shape], backends: list[Backend], settings: Settings) -> Iterator[Row]:
@@ -82,11 +84,12 @@ def measure(
 
 
 def more_rounds(measured: list[tuple[Backend, Row, Callable[[], object] | None]], settings: Settings) -> list[Row]:
-    """settings.rounds - 1 more timings of every timed step, backend after backend; each row's time becomes the
-    median of its rounds. A backend that fails in a later round keeps the rounds it finished."""
+    """settings.rounds - 1 more timings of every timed step, backend after backend, the first of them in reverse
+    order and then alternating; each row's time becomes the median of its rounds. A backend that fails in a later
+    round keeps the rounds it finished."""
     times = {row.backend: [row.ms] for _, row, step in measured if step is not None}
-    for _ in range(settings.rounds - 1):
-        for backend, row, step in measured:
+    for round_idx in range(1, settings.rounds):
+        for backend, row, step in measured[::-1] if round_idx % 2 else measured:
             if step is not None:
                 ms, failure = attempt(backend, partial(gpu_time_ms, step, settings.warmup_ms, settings.rep_ms))
                 if failure is None:
