@@ -46,7 +46,7 @@ def heads_per_section(seqlen_k, head_dim: int, element_bytes: int = 2, power_of_
 
 
 def tile_divisors(num_m_blocks, nheads, batch, section, make=lambda divisor: divisor) -> SimpleNamespace:
-    """What tile_coords divides by: the tiles of a section, its (pairs), the last section's size (the
+    """What tile_coords divides by: the tiles of a section, the pairs of a full section and of the last one (the
     remainder of the pairs, or a full section), the number of heads. ``make`` wraps each divisor: on the host side
     of a kernel launch cute.FastDivmodDivisorV2, so that the kernel divides by multiply and shift (a run-time
     integer division is a reciprocal and a dozen fix-ups: eight of them took 216 SASS instructions a tile)."""
