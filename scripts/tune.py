@@ -25,6 +25,7 @@ import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashcute import compile_cache
+from flashcute.bench.runner import round_order
 from flashcute.config import fwd_config, sm90_fwd_config
 from flashcute.interface import _num_sms, device_arch
 from flashcute.kernels.build import compile_fwd
@@ -58,13 +59,14 @@ CANDIDATES = {
         (128, 64, 4, 1),
         (128, 64, 4, 2),
         (128, 48, 4, 1),
+        (128, 48, 4, 2),
         (128, 32, 4, 1),
         (128, 64, 8, 1),
         (64, 64, 4, 1),
         (128, 128, 8, 1),
     ],
-    192: [(128, 64, 8, 1), (64, 64, 4, 1), (64, 64, 4, 2)],
-    256: [(128, 64, 8, 1), (64, 64, 4, 1), (64, 64, 4, 2), (64, 32, 4, 1)],
+    192: [(128, 64, 8, 1), (128, 64, 8, 2), (64, 64, 4, 1), (64, 64, 4, 2)],
+    256: [(128, 64, 8, 1), (128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 1), (64, 64, 4, 2), (64, 32, 4, 1)],
 }
 
 
@@ -141,8 +143,9 @@ def sweep_point(
     for candidate in (SM90_CANDIDATES if sm90 else CANDIDATES)[d]:
         config = make_config(kernel_name, d, dtype_name, causal, candidate)
         one_block_a_tile = sm90 and candidate[5:] == ("tile",)
-        grid_limit = 1 << 30 if one_block_a_tile else config.grid_limit(seqlen, _num_sms(torch.cuda.current_device()))
-        extra = (grid_limit,) if sm90 else ()
+        extra = ()
+        if sm90:
+            extra = (1 << 30 if one_block_a_tile else config.grid_limit(seqlen, _num_sms(torch.cuda.current_device())),)
         kernel = compile_cache.get_compiled(arch, config, partial(compile_fwd, config, arch))
         out, lse = torch.empty_like(q), torch.empty(batch, heads, seqlen, device="cuda")
         counter = torch.zeros(1, dtype=torch.int32, device="cuda") if sm90 and config.claim_tiles else None
@@ -158,11 +161,12 @@ def sweep_point(
         ref = attention_ref(q[:1, -256:, :2], k[:1, :, :2], v[:1, :, :2], causal=causal)
         row[f"error {candidate}"] = (out[:1, -256:, :2].double() - ref).abs().max().item()
         runs[str(candidate)] = run
-    # Every run timed once a round, in turn, and the median kept: the GPU clock drifts within a process
-    # (docs/perf-notes.md, "Session of stop 12"), and a run timed alone would take whatever the drift gave it.
+    # Every run timed once a round, in turn, every other round in reverse, and the median kept: the GPU clock drifts
+    # within a process (docs/perf-notes.md, "Session of stop 12"), and at the power cap a reading depends on the run
+    # before it (stop 15: the first candidate, timed after flash-attn-4, read 3-10 % low in every sweep).
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
+    for round_idx in range(rounds):
+        for name, fn in round_order(list(runs.items()), round_idx):
             times[name].append(triton.testing.do_bench(fn))
     for name, ms in times.items():
         row[name] = round(tflops(statistics.median(ms), batch, heads, seqlen, d, causal), 1)

@@ -83,13 +83,18 @@ def measure(
     return result if failure is None else (Row(backend.name, shape, settings.pass_, *failure), None)
 
 
+def round_order(items: list, round_idx: int) -> list:
+    """The order of round ``round_idx`` (from 0) of timings taken in turn: as given, reversed in odd rounds."""
+    return items[::-1] if round_idx % 2 else items
+
+
 def more_rounds(measured: list[tuple[Backend, Row, Callable[[], object] | None]], settings: Settings) -> list[Row]:
     """settings.rounds - 1 more timings of every timed step, backend after backend, the first of them in reverse
     order and then alternating; each row's time becomes the median of its rounds. A backend that fails in a later
     round keeps the rounds it finished."""
     times = {row.backend: [row.ms] for _, row, step in measured if step is not None}
     for round_idx in range(1, settings.rounds):
-        for backend, row, step in measured[::-1] if round_idx % 2 else measured:
+        for backend, row, step in round_order(measured, round_idx):
             if step is not None:
                 ms, failure = attempt(backend, partial(gpu_time_ms, step, settings.warmup_ms, settings.rep_ms))
                 if failure is None:
