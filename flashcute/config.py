@@ -70,6 +70,14 @@ class FwdConfig:
 #          points (+1-6 %); a third thread block never fits beside two anyway (4 warps x 255 registers each)
 #   D=256: (128,64,8,1) 340/342 | 294/351   (64,64,4,1)  323/318 | 297/313   (64,64,4,2) 296/300 | 279/294
 #          (64,32,4,1)  300/302 | 275/302  -> (128,64,8,1)
+#   D=128 and D=256 with every other round reversed (scripts/tune.py --kernel sm80 --headdim 256,128 --rounds 4 at
+#   1341014; before it the first candidate, timed right after flash-attn-4, read 3-10 % low), bf16 then fp16,
+#   non-causal 4k/16k | causal 4k/16k:
+#     D=128 (128,64,4,1) 376/378 | 336/361, 369/376 | 329/356   (128,64,4,2) 375/388 | 331/365, 379/393 | 338/363
+#           -> (128,64,4,2) stays (ahead at 6 of 8)
+#     D=256 (128,64,8,1) 336/346 | 292/348, 331/342 | 287/339   (128,64,8,2) 340/347 | 292/350, 343/350 | 297/345
+#           -> (128,64,8,1) stays: two stages gain 0-1 % (bf16) and 2-4 % (fp16) but need 192 KB of shared memory,
+#           over sm_80's 163 KB, and in one process against main they did not show (branch sm80-order)
 # D=32, 96 and 192 were not swept yet; they take their neighbours' shapes within the register and shared-memory
 # budgets (acc_O holds block_m * D / threads fp32 values a thread, acc_S block_m * block_n / threads).
 _SM80_TILES: dict[int, tuple[int, int, int, int]] = {
