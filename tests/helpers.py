@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import random
+import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -90,3 +92,78 @@ def check_against_spec(out, lse, q, k, v, atol=1e-4, **options) -> None:
         assert torch.equal(lse[empty], ref_lse[empty].float()), "rows that see no key must have LSE = -inf"
         lse_err = ((lse.double() - ref_lse).abs() / (1 + ref_lse.abs()))[~empty]
         assert lse_err.numel() == 0 or lse_err.max().item() < 1e-4, f"LSE error {lse_err.max().item():.3g}"
+
+
+@dataclass(frozen=True)
+class GpuCase:
+    """One random GPU attention call (random_gpu_cases): sizes, dtype, options, and whether q is a strided slice."""
+
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    nheads: int
+    nheads_k: int
+    head_dim: int
+    dtype: torch.dtype
+    options: dict
+    q_strided: bool
+
+    def __str__(self) -> str:
+        dtype = str(self.dtype).removeprefix("torch.")
+        sizes = f"b{self.batch}-q{self.seqlen_q}-k{self.seqlen_k}-h{self.nheads}x{self.nheads_k}-d{self.head_dim}"
+        opts = "-".join(f"{key}={value}" for key, value in self.options.items())
+        return f"{dtype}-{sizes}{'-strided' if self.q_strided else ''}{'-' + opts if opts else ''}"
+
+    def tensors(self, device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (a head slice of a wider tensor when q_strided), k, v; seeded by the case, not by the test order."""
+        generator = torch.Generator(device=device).manual_seed(zlib.crc32(str(self).encode()))
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=generator, device=device, dtype=self.dtype)
+
+        q_heads = self.nheads + (3 if self.q_strided else 0)
+        q = randn(self.batch, self.seqlen_q, q_heads, self.head_dim)[:, :, : self.nheads]
+        k, v = (randn(self.batch, self.seqlen_k, self.nheads_k, self.head_dim) for _ in "kv")
+        return q, k, v
+
+
+def random_gpu_cases(seed: int, count: int, max_seqlen: int, max_elements: int = 2**24) -> list[GpuCase]:
+    """``count`` random calls that the fixed test grids do not pin down: seqlens from 1 to max_seqlen (half of them
+    near a multiple of 64 or 128, the tile edges), any head dim that is a multiple of 8 up to 256, GQA groups of 1
+    to 4, bottom-right or top-left causal, random windows, random softmax scales, q as a strided slice; batch x
+    seqlen x heads x head_dim of q kept under ``max_elements``."""
+    rng = random.Random(seed)
+
+    def seqlen() -> int:
+        if rng.random() < 0.5:
+            edge = rng.choice((64, 128)) * rng.randint(1, max_seqlen // 128 + 1) + rng.randint(-2, 2)
+            return max(1, min(max_seqlen, edge))
+        return rng.randint(1, max_seqlen)
+
+    cases = []
+    while len(cases) < count:
+        nheads_k = rng.randint(1, 3)
+        options: dict = {}
+        kind = rng.choice(("none", "causal", "window"))
+        if kind == "causal":
+            options["causal"] = True
+        elif kind == "window":
+            options["window_size"] = (rng.choice((-1, rng.randint(0, 300))), rng.choice((-1, rng.randint(0, 300))))
+        if kind != "none" and rng.random() < 0.5:
+            options["causal_align"] = "top_left"
+        if rng.random() < 0.3:
+            options["softmax_scale"] = round(rng.uniform(0.02, 0.5), 3)
+        case = GpuCase(
+            batch=rng.randint(1, 3),
+            seqlen_q=seqlen(),
+            seqlen_k=seqlen(),
+            nheads=nheads_k * rng.randint(1, 4),
+            nheads_k=nheads_k,
+            head_dim=8 * rng.randint(1, 32),
+            dtype=rng.choice((torch.bfloat16, torch.float16)),
+            options=options,
+            q_strided=rng.random() < 0.3,
+        )
+        if case.batch * case.seqlen_q * case.nheads * case.head_dim <= max_elements:
+            cases.append(case)
+    return cases

@@ -10,6 +10,7 @@ import torch
 
 import flashcute
 from flashcute.reference import attention_ref, attention_same_precision
+from tests.helpers import random_gpu_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -173,3 +174,9 @@ def test_cuda_graph_replay_of_forward_and_backward():
     expected = grads(lambda *t: attention_ref(*t, causal=True), q.double(), k.double(), v.double(), dout.double())
     for g, r in zip((q.grad, k.grad, v.grad), expected, strict=True):
         assert (g.double() - r).abs().max().item() < 5e-2
+
+
+@pytest.mark.parametrize("case", random_gpu_cases(seed=1130, count=20, max_seqlen=1100, max_elements=2**21), ids=str)
+def test_random_cases(case, kernel):
+    """Seeded random calls (sizes, head dims, GQA, masks, scales, strides) beyond the grids above."""
+    check_grads(*case.tensors(), kernel=kernel, **case.options)

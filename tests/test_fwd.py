@@ -13,7 +13,7 @@ import flashcute
 from flashcute.interface import kernel_window, launch_fwd
 from flashcute.kernels.variants import ALTERNATIVE_TILES, alternative_tile_config
 from flashcute.validation import validate_attention_args, validate_cuda_inputs
-from tests.helpers import check_against_spec
+from tests.helpers import check_against_spec, random_gpu_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -214,3 +214,9 @@ def test_other_tile_configs(choice, mask, kernel):
         scalars += (7,)
     compiled(*tensors, *scalars)
     check_against_spec(out, lse, q, k, v, **mask)
+
+
+@pytest.mark.parametrize("case", random_gpu_cases(seed=2026, count=40, max_seqlen=2200), ids=str)
+def test_random_cases(case, kernel):
+    """Seeded random calls (sizes, head dims, GQA, masks, scales, strides) beyond the grids above."""
+    check(*case.tensors(), kernel, **case.options)
