@@ -1,9 +1,11 @@
 """The PyTorch boundary: validation, dispatch to a compiled kernel, the torch.library custom ops and autograd.
 
-``flash_attn_func`` validates everything before any launch and calls the ``flashcute::fwd`` custom op, which
-allocates the outputs and launches the compiled kernel on the current CUDA stream. ``flashcute::bwd`` is its
-gradient, registered with ``register_autograd``. Both ops have fake (meta) implementations, so a model using
-them traces under ``torch.compile(fullgraph=True)``.
+``flash_attn_func`` validates everything before any launch, then allocates the outputs and launches the compiled
+kernel on the current CUDA stream through one of two doors to the same launch functions. Under ``torch.compile``
+it calls the ``flashcute::fwd`` custom op, whose gradient ``flashcute::bwd`` is registered with
+``register_autograd``; both ops have fake (meta) implementations, so a model using them traces with
+``fullgraph=True``. In eager mode it calls ``FlashAttention``, a
+``torch.autograd.Function``, since the custom op's dispatch costs several times its host time a call (EAGER_NOTE).
 """
 
 from __future__ import annotations
@@ -222,6 +224,24 @@ def launch_bwd(
     return dq, dk, dv
 
 
+def forward_outputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    diag_offset: int,
+    window_left: int,
+    window_right: int,
+    kernel: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse), newly allocated, from the forward kernel (validated inputs only)."""
+    batch, seqlen_q, nheads, _ = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+    launch_fwd(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, kernel)
+    return out, lse
+
+
 @torch.library.custom_op("flashcute::fwd", mutates_args=())
 def _fwd(
     q: torch.Tensor,
@@ -234,11 +254,7 @@ def _fwd(
     kernel: str,
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    batch, seqlen_q, nheads, _ = q.shape
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
-    launch_fwd(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, kernel)
-    return out, lse
+    return forward_outputs(q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel)
 
 
 @_fwd.register_fake
@@ -280,13 +296,39 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
 
 
-def _backward(ctx, dout, _dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = _bwd(dout, q, k, v, out, lse, *ctx.scalars)
-    return dq, dk, dv, None, None, None, None, None, None
+def _backward_through(bwd):
+    """The backward formula of both doors, given how it reaches launch_bwd (the custom op, or directly)."""
+
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = bwd(dout, q, k, v, out, lse, *ctx.scalars)
+        return dq, dk, dv, None, None, None, None, None, None
+
+    return backward
 
 
-_fwd.register_autograd(_backward, setup_context=_setup_context)
+_fwd.register_autograd(_backward_through(_bwd), setup_context=_setup_context)
+
+# EAGER_NOTE: host time a call on this project's CPU machine (torch 2.13, stand-ins that only allocate the two
+# outputs, best of five runs of 5000 calls), with q needing grad / not: torch.library's custom op 49 / 16 us, an
+# autograd.Function that saves its context in forward 11 / 9 us, one with a separate setup_context 37 / 35 us (it
+# goes through functorch's machinery), the allocations alone 3 us. On the H200 host the whole forward call took
+# 109-174 us against flash-attn-4's 95-139 (docs/perf-notes.md), about as long as the shortest benchmark kernels
+# run (bf16 D=128 causal at 1k: about 160 us), where a slower host then sets the pace. So eager calls take the
+# autograd.Function, and torch.compile the op (torch.func transforms work with neither, nor did they before).
+
+
+class FlashAttention(torch.autograd.Function):
+    """flash_attn_func's eager door: the custom op's forward and backward without its dispatch (EAGER_NOTE)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel, deterministic):
+        inputs = (q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel, deterministic)
+        outputs = forward_outputs(*inputs[:-1])
+        _setup_context(ctx, inputs, outputs)
+        return outputs
+
+    backward = staticmethod(_backward_through(launch_bwd))
 
 
 def flash_attn_func(
@@ -325,7 +367,8 @@ def flash_attn_func(
     if kernel is not None and not isinstance(kernel, str):
         raise TypeError(f"kernel must be a str or None, got {kernel!r}")
     window_left, window_right = kernel_window(args)
-    out, lse = _fwd(
+    door = _fwd if torch.compiler.is_compiling() else FlashAttention.apply
+    out, lse = door(
         q, k, v, args.softmax_scale, args.diagonal_offset, window_left, window_right, kernel or "auto", deterministic
     )
     return (out, lse) if return_lse else out

@@ -60,3 +60,32 @@ def test_gradcheck_of_the_spec():
     """The spec's own gradient, which the backward kernel is held to, agrees with finite differences."""
     q, k, v = (torch.randn(1, 5, 2, 8, dtype=torch.float64, requires_grad=True) for _ in "qkv")
     assert torch.autograd.gradcheck(lambda *t: attention_ref(*t, causal=True, window_size=(3, -1)), (q, k, v))
+
+
+def test_eager_calls_go_through_the_autograd_function(monkeypatch):
+    """Outside torch.compile flash_attn_func takes the autograd.Function door (interface.EAGER_NOTE): one forward
+    launch, then autograd's backward reaches one backward launch with the forward's scalars and its gradients
+    reach q, k and v. CPU tensors and stand-in launches (the CUDA checks waved through), so it runs without a GPU."""
+    from flashcute import interface
+
+    calls = []
+
+    def fake_fwd(q, k, v, out, lse, *scalars):
+        calls.append(("fwd", scalars))
+        out.copy_(q)
+        lse.zero_()
+
+    def fake_bwd(dout, q, k, v, out, lse, *scalars):
+        calls.append(("bwd", scalars))
+        return dout * 2, torch.ones_like(k), torch.zeros_like(v)
+
+    monkeypatch.setattr(interface, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
+    monkeypatch.setattr(interface, "launch_fwd", fake_fwd)
+    monkeypatch.setattr(interface.FlashAttention, "backward", staticmethod(interface._backward_through(fake_bwd)))
+    q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
+    out = flash_attn_func(q, k, v, causal=True, softmax_scale=0.5)
+    assert type(out.grad_fn).__name__ == "FlashAttentionBackward"
+    out.float().sum().backward()
+    assert calls == [("fwd", (0.5, 96 - 128, -1, 0, "auto")), ("bwd", (0.5, 96 - 128, -1, 0, False, "auto"))]
+    assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))
+    assert torch.equal(v.grad, torch.zeros_like(v))
