@@ -224,21 +224,13 @@ def launch_bwd(
     return dq, dk, dv
 
 
-def forward_outputs(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    softmax_scale: float,
-    diag_offset: int,
-    window_left: int,
-    window_right: int,
-    kernel: str,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse), newly allocated, from the forward kernel (validated inputs only)."""
+def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse), newly allocated, from the forward kernel (validated inputs only); ``options`` are launch_fwd's
+    after lse: softmax_scale, diag_offset, window_left, window_right, kernel."""
     batch, seqlen_q, nheads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
-    launch_fwd(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, kernel)
+    launch_fwd(q, k, v, out, lse, *options)
     return out, lse
 
 
