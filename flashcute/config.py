@@ -150,6 +150,12 @@ class Sm90FwdConfig:
     """True: the consumer warpgroups take turns issuing their MMAs (a pair of named barriers), so one's softmax
     runs under the other's MMAs. FlashAttention-4 does so up to head dim 128 only; here every head dim does
     but 256 without a mask (the heuristic's measurement: TAKE_TURNS_NOTE)."""
+    sum_chains: int = 4
+    """Independent chains for each row's sum in the softmax (its max keeps 4): STEP_ORDER_NOTE."""
+    turn_before_k: bool = False
+    """True: a step takes its turn before it waits for its K tile, not after: STEP_ORDER_NOTE."""
+    pass_turn_after_qk: bool = False
+    """True: a step passes the turn once its Q K^T is issued, before its P V, not after: STEP_ORDER_NOTE."""
 
     @property
     def num_mma_warpgroups(self) -> int:

@@ -47,13 +47,14 @@ def row_reduce(row: cute.Tensor, op, init: Float32, chains: int) -> Float32:
 class OnlineSoftmax:
     """Per-thread softmax state for the rows this thread's accumulator fragment holds.
 
-    ``chains`` > 1 splits each row's max and sum into independent chains (see row_reduce): the Hopper kernel has
-    the registers for it; the sm80 kernel, at its register limit, keeps one chain.
+    ``chains`` > 1 splits each row's max into independent chains (see row_reduce), ``sum_chains`` its sum (default:
+    as many): the Hopper kernel has the registers for it; the sm80 kernel, at its register limit, keeps one chain.
     """
 
-    def __init__(self, scale_log2: Float32, num_rows: int, chains: int = 1):
+    def __init__(self, scale_log2: Float32, num_rows: int, chains: int = 1, sum_chains: int | None = None):
         self.scale_log2 = scale_log2
         self.chains = chains
+        self.sum_chains = chains if sum_chains is None else sum_chains
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
         self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
         self.reset()
@@ -78,7 +79,7 @@ class OnlineSoftmax:
             exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
             row_scale[r] = cute.math.exp2(row_max_prev * self.scale_log2 - max_scaled, fastmath=True)
             s[r, None].store(exps)
-            row_sum_new = row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.chains)
+            row_sum_new = row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains)
             self.row_sum[r] = row_scale[r] * self.row_sum[r] + row_sum_new
             self.row_max[r] = row_max_cur
         return row_scale

@@ -564,7 +564,9 @@ class FlashAttentionForwardSm90:
         tOrVt = fixed_descriptors(thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(transpose_view(sV))))
         tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_shape_A((64, self.block_n)))
         acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, d)))
-        softmax = OnlineSoftmax(scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]), chains=4)
+        softmax = OnlineSoftmax(
+            scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]), 4, self.config.sum_chains
+        )
         mask = AttentionMask(tiles.tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
         mma = SimpleNamespace(
             tiled_mma_qk=tiled_mma_qk,
@@ -731,14 +733,20 @@ class FlashAttentionForwardSm90:
         v_state = state.clone()
         state.advance()
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
+        if cutlass.const_expr(self.config.turn_before_k):
+            self.take_turn(wg)
         pipes.k.consumer_wait(state)
-        self.take_turn(wg)
+        if cutlass.const_expr(not self.config.turn_before_k):
+            self.take_turn(wg)
         gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, self.key_steps(mma.tSrK, state.index), True, -1)
         if cutlass.const_expr(self.config.rescale_o_early):
             softmax.rescale_o(mma.acc_O, mma.row_scale)  # the previous tile's alpha, while Q K^T runs
+        if cutlass.const_expr(self.config.pass_turn_after_qk):
+            self.pass_turn(wg)
         pipes.v.consumer_wait(v_state)
         gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, v_state.index], False, -1)
-        self.pass_turn(wg)
+        if cutlass.const_expr(not self.config.pass_turn_after_qk):
+            self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
         pipes.k.consumer_release(state)
         if cutlass.const_expr(mask_rows):
