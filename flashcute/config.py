@@ -240,6 +240,23 @@ class Sm90FwdConfig:
 # 673 -> 663. Blocks that run at different speeds (their SMs' distance to the L2 slices, clocks) finish their fixed
 # shares at different times; claimed tiles end the walk together. L2-sized head sections cost the non-causal walk
 # (D=128 bf16 claimed, 4k/16k: 639 -> 602 / 651 -> 637, a tree with sections in the same lease): it keeps one head.
+# STEP_ORDER_NOTE: the order of a step's work (sum_chains, turn_before_k, pass_turn_after_qk). ptxas schedules the
+# softmax around the MMA waits differently for each order, and the consumer warpgroups' step is a chain (S lands ->
+# softmax -> next turn -> next Q K^T) that the tensor cores wait on, so the order moves the step by a few per cent.
+# Measured as each tile's SM cycles (clock stamps at the start and end of every tile, median over the 2048 tiles of
+# a launch; bench/results/2026-11-30-h200-s17, "sweep"), all 16 combinations with rescale_o_early, B = 1, L = 16k,
+# against (4, False, False), bf16 / fp16, non-causal | causal:
+#   D=64   (1, True, False) 0.973 / 0.983 | 1.013 / 1.001   (1, True, True) 0.970 / 0.989 | 1.033 / 0.997
+#   D=128  (1, True, True)  0.983 / 0.983 | 0.972 / 0.979   (1, False, False) 0.992 / 1.025 | 1.004 / 0.989
+#   D=256 (rescale_o_early) no order below 0.992 at any point -> the default
+# flash-attn-4 sums a row in one chain and takes its turn after waiting for K; both only paid together with the
+# rest here. Other head dims keep the default (not measured).
+_SM90_STEP_ORDER: dict[tuple[int, bool], tuple[int, bool, bool]] = {
+    (64, False): (1, True, False),
+    (128, False): (1, True, True),
+    (128, True): (1, True, True),
+}
+
 _SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
     32: ((128, 128, 2), (128, 128, 2)),
     64: ((192, 128, 2), (192, 128, 2)),
@@ -261,14 +278,19 @@ def sm90_fwd_config(
     rescale_o_early: bool | None = None,
     claim_tiles: bool | None = None,
     take_turns: bool | None = None,
+    step_order: tuple[int, bool, bool] | None = None,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
-    the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), and ``claim_tiles`` the
-    claimed tiles (CLAIM_TILES_NOTE)."""
+    the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), ``claim_tiles`` the
+    claimed tiles (CLAIM_TILES_NOTE), and ``step_order`` (sum_chains, turn_before_k, pass_turn_after_qk)
+    the order of a step's work (STEP_ORDER_NOTE)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
+    sum_chains, turn_before_k, pass_turn_after_qk = (
+        step_order if step_order is not None else _SM90_STEP_ORDER.get((bucket, masked), (4, False, False))
+    )
     return Sm90FwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,
@@ -281,6 +303,9 @@ def sm90_fwd_config(
         rescale_o_early=bucket > 128 if rescale_o_early is None else rescale_o_early,
         claim_tiles=True if claim_tiles is None else claim_tiles,
         take_turns=(bucket != 256 or masked) if take_turns is None else take_turns,
+        sum_chains=sum_chains,
+        turn_before_k=turn_before_k,
+        pass_turn_after_qk=pass_turn_after_qk,
     )
 
 
