@@ -79,6 +79,21 @@ def test_sm90_heuristic_by_mask(window):
     assert d256 == {"bfloat16": 80, "float16": 80}
 
 
+def test_sm90_step_order_by_head_dim_and_mask():
+    """config.STEP_ORDER_NOTE: one-chain row sums and the turn taken before the K wait at D=64 without a mask and
+    at D=128 (there also passed after Q K^T); elsewhere the order before the sweep; ``step_order`` overrides."""
+
+    def order(bucket, **mask):
+        config = sm90_fwd_config(bucket, "float16", **mask)
+        return config.sum_chains, config.turn_before_k, config.pass_turn_after_qk
+
+    assert order(128) == order(128, causal=True) == order(128, window_left=64) == (1, True, True)
+    assert order(64) == (1, True, False)
+    assert order(64, causal=True) == order(256) == order(256, causal=True) == order(96) == (4, False, False)
+    config = sm90_fwd_config(128, "bfloat16", step_order=(4, False, True))
+    assert (config.sum_chains, config.turn_before_k, config.pass_turn_after_qk) == (4, False, True)
+
+
 @pytest.mark.parametrize("window", MASK_VARIANTS, ids=str)
 def test_sm90_grid_is_persistent_and_claims_tiles(window):
     left, right = window
