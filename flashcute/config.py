@@ -156,6 +156,9 @@ class Sm90FwdConfig:
     """True: a step takes its turn before it waits for its K tile, not after: STEP_ORDER_NOTE."""
     pass_turn_after_qk: bool = False
     """True: a step passes the turn once its Q K^T is issued, before its P V, not after: STEP_ORDER_NOTE."""
+    trace_tiles: bool = False
+    """True: every tile's SM, clock cycles and nanoseconds are recorded after the tile counter (a measuring aid:
+    kernels/common/trace.py, scripts/tile_cycles.py; needs claim_tiles, whose tensor holds them)."""
 
     @property
     def num_mma_warpgroups(self) -> int:

@@ -13,13 +13,14 @@ The compiled kernel cache must also carry a kernel from one process to the next.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 
 import pytest
 
-from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, Sm90BwdConfig, Sm90FwdConfig
+from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, Sm90BwdConfig, Sm90FwdConfig, sm90_fwd_config
 from flashcute.kernels.build import ARCHS
 from flashcute.kernels.sass import AnyConfig, SassReport, inspect_variants, variant_label
 from flashcute.kernels.variants import (
@@ -45,6 +46,7 @@ SM90_CONFIGS = [
     *(c for c in sm90_fwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
     # no turns below head dim 256, tiles in a fixed order
     *(c for c in alternative_tile_variants("sm90") if not (c.take_turns and c.claim_tiles)),
+    dataclasses.replace(sm90_fwd_config(128, "bfloat16"), trace_tiles=True),  # scripts/tile_cycles.py's records
     *sm90_bwd_variants(exact_only=True),
     *(c for c in sm90_bwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
 ]

@@ -63,12 +63,14 @@ class _SymbolicProblem:
         shape, strides = (self.batch, self.nheads, self.seqlen_q), (cute.sym_int64(), cute.sym_int64(), 1)
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
 
-    def tile_counter(self):
-        """(1,) int32: the Hopper forward's tile counter (Sm90FwdConfig.claim_tiles)."""
+    def tile_counter(self, records: bool = False):
+        """int32: the Hopper forward's tile counter (Sm90FwdConfig.claim_tiles), (1,), or of any length with
+        tile records after it (Sm90FwdConfig.trace_tiles)."""
         import cutlass
         import cutlass.cute as cute
 
-        return cute.runtime.make_fake_tensor(cutlass.Int32, (1,), stride=(1,), assumed_align=4)
+        size = cute.sym_int() if records else 1
+        return cute.runtime.make_fake_tensor(cutlass.Int32, (size,), stride=(1,), assumed_align=4)
 
     def padded_row_stats(self):
         """(batch, nheads, seqlen_q rounded up to a Q tile) float32, 16-byte aligned rows: the Hopper backward's
@@ -112,7 +114,7 @@ def compile_fwd(config: FwdConfig | Sm90FwdConfig, arch: str, dump_dir: Path | N
     p = _SymbolicProblem(config)
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
     if sm90:
-        tensors += (p.tile_counter() if config.claim_tiles else None,)
+        tensors += (p.tile_counter(config.trace_tiles) if config.claim_tiles else None,)
     return _compile(
         kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1) if sm90 else ATTENTION_SCALARS
     )

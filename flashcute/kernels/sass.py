@@ -68,7 +68,8 @@ def variant_label(config: AnyConfig) -> str:
     both. Backward kernels start with "bwd-" (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic
     mode) or "dq-" (the deterministic dQ kernel) and have no stage count. Hopper forward kernels start with
     "sm90-" and have no warp count (one producer and block_m / 64 consumer warpgroups; "-noturns" where those
-    do not take turns, "-fixed" where the thread blocks take their tiles in a fixed order, not claimed); the Hopper
+    do not take turns, "-fixed" where the thread blocks take their tiles in a fixed order, not claimed, "-traced" with
+    tile records); the Hopper
     backward
     starts with "sm90bwd-". The backward's preprocess ("bwdpre-", "-zerodq" when it also zeroes dQaccum) and
     postprocess ("bwdpost-") have rows per thread block and warps, and no mask: "bwdpre-bfloat16-d128-64w4-zerodq".
@@ -84,8 +85,9 @@ def variant_label(config: AnyConfig) -> str:
         early = "-early" if config.rescale_o_early else ""
         turns = "" if config.take_turns else "-noturns"
         order = "" if config.claim_tiles else "-fixed"
+        traced = "-traced" if config.trace_tiles else ""
         tiles = f"{config.block_m}x{config.block_n}s{config.num_stages}"
-        return f"sm90-{config.dtype}-{head_dim}-{tiles}{early}{turns}{order}-{mask}"
+        return f"sm90-{config.dtype}-{head_dim}-{tiles}{early}{turns}{order}{traced}-{mask}"
     if isinstance(config, Sm90BwdConfig):
         return f"sm90bwd-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}-{mask}"
     tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}"

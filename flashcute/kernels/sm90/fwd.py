@@ -44,6 +44,7 @@ from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.scheduler import heads_per_section, persistent_tile, tile_coords, tile_divisors
 from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
+from flashcute.kernels.common.trace import record_tile, tile_start
 from flashcute.kernels.common.wgmma import (
     fixed_descriptors,
     gemm,
@@ -96,6 +97,8 @@ class FlashAttentionForwardSm90:
             return f"block_n={config.block_n} is not a multiple of 16 in [16, 256] (wgmma N and P V's k-steps)"
         if config.num_stages < 1:
             return f"num_stages={config.num_stages} is below 1"
+        if config.trace_tiles and not config.claim_tiles:
+            return "trace_tiles=True needs claim_tiles=True (the records follow the tile counter)"
         if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
             return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {MAX_SMEM_BYTES[arch]}"
         return None
@@ -615,6 +618,8 @@ class FlashAttentionForwardSm90:
         kv_state: pipeline.PipelineState,
     ):
         """Steps 3 to 7 of one tile; returns the advanced pipeline states."""
+        if cutlass.const_expr(self.config.trace_tiles):
+            started = tile_start()
         tile = self.tile_at(tiles, tile_idx)
         mma.acc_O.fill(0.0)
         softmax.reset()
@@ -626,6 +631,8 @@ class FlashAttentionForwardSm90:
         self.epilogue(mO, mLSE, tma_O, sO, softmax, mma.acc_O, mma.tiled_mma_pv, tile, seqlen_q, wg)
         if cutlass.const_expr(self.config.o_aliases_q):
             pipes.q.consumer_release(q_state)  # O has left Q's shared memory
+        if cutlass.const_expr(self.config.trace_tiles):
+            record_tile(tiles.counter, tile_idx, started, (wg == 0) & (cute.arch.thread_idx()[0] % 128 == 0))
         q_state.advance()
         return q_state, kv_state
 
