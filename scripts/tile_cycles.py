@@ -143,15 +143,12 @@ def main() -> None:
         causal = "yes" if ref["causal"] else "no"
         row = f"{ref['headdim']:>4} {causal:>6} {ref['dtype']:>9} {ref['seqlen']:>6} {ref['cycles_median']:>12.0f}"
         print(row + cells)
-    print(
-        "(MHz, spread of three launches: "
-        + "; ".join(
-            f"{n} {statistics.median(r['clock_mhz'] for r in results[n]):.0f}, {max(r['spread'] for r in results[n]):.4f}"
-            for n in names
-            if results[n]
-        )
-        + ")"
-    )
+    spreads = [
+        f"{n} {statistics.median(r['clock_mhz'] for r in rows):.0f} MHz, {max(r['spread'] for r in rows):.4f}"
+        for n, rows in results.items()
+        if rows
+    ]
+    print("(SM clock, spread of three launches: " + "; ".join(spreads) + ")")
     if args.out:
         args.out.write_text(json.dumps({"variants": variants, "results": results}, indent=1))
 

@@ -1,5 +1,6 @@
 """Clock stamps for a patched copy of flash-attn-4's sm90 forward (measurement only, never committed upstream code).
 Same six points as flashcute's trace-timeline branch. Buffer address and step count come from the environment."""
+
 import os
 
 import cutlass

@@ -1,8 +1,8 @@
 """Per-tile clock/globaltimer records (measurement only). Buffer address from TILE_TRACE_PTR; 8 int32 words a record:
 [smid, clock_start, clock_end, ns_start, ns_end, clock_entry, ns_entry, 1]."""
+
 import os
 
-import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from cutlass._mlir.dialects import llvm
