@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 import zlib
 from dataclasses import dataclass
@@ -131,8 +132,9 @@ def random_gpu_cases(seed: int, count: int, max_seqlen: int, max_elements: int =
     """``count`` random calls that the fixed test grids do not pin down: seqlens from 1 to max_seqlen (half of them
     near a multiple of 64 or 128, the tile edges), any head dim that is a multiple of 8 up to 256, GQA groups of 1
     to 4, bottom-right or top-left causal, random windows, random softmax scales, q as a strided slice; batch x
-    seqlen x heads x head_dim of q kept under ``max_elements``."""
-    rng = random.Random(seed)
+    seqlen x heads x head_dim of q kept under ``max_elements``. FLASHCUTE_TEST_SEED=N (an integer) draws another
+    set: the seed becomes seed + N (the default set is N = 0)."""
+    rng = random.Random(seed + int(os.environ.get("FLASHCUTE_TEST_SEED", "0")))
 
     def seqlen() -> int:
         if rng.random() < 0.5:
