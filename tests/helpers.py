@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import random
 import zlib
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
 import torch
 from hypothesis import strategies as st
@@ -169,3 +171,12 @@ def random_gpu_cases(seed: int, count: int, max_seqlen: int, max_elements: int =
         if case.batch * case.seqlen_q * case.nheads * case.head_dim <= max_elements:
             cases.append(case)
     return cases
+
+
+def load_script(name: str):
+    """scripts/<name>.py as a module (the scripts are run as files, not imported from a package)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

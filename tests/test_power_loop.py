@@ -1,22 +1,12 @@
 """scripts/power_loop.py: parsing and summarizing nvidia-smi samples (CPU), one short loop (GPU)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "power_loop.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("power_loop", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_script
 
 
 def test_samples_parse_and_drop_unreadable_lines():
-    power_loop = load_script()
+    power_loop = load_script("power_loop")
     text = """2026/11/30 21:00:00.000, 699.51, 1530, 0x0000000000000004
 2026/11/30 21:00:00.025, [N/A], 1530, 0x0000000000000004
 garbage
@@ -30,7 +20,7 @@ garbage
 
 
 def test_summary_drops_the_ramp_and_prices_a_pflop():
-    power_loop = load_script()
+    power_loop = load_script("power_loop")
     # a ramp of 2 low samples, then 8 at 700 W; calls of 2 ms after a slow first fifth
     samples = [{"watts": 100.0, "mhz": 500.0, "reasons": 0}] * 2
     samples += [{"watts": 700.0, "mhz": 1500.0, "reasons": 4}] * 8
@@ -47,7 +37,7 @@ def test_a_short_loop_reads_power_and_clock():
     from flashcute.bench.backends import registry
     from flashcute.bench.grid import Shape
 
-    power_loop = load_script()
+    power_loop = load_script("power_loop")
     rows = power_loop.measure_point([registry()["sdpa-flash"]], Shape("bf16", 64, False, 1024, 2, 4), 0.5, 1)
     assert len(rows) == 1 and rows[0]["backend"] == "sdpa-flash"
     assert rows[0]["samples"] >= 1 and rows[0]["watts"] > 0 and rows[0]["mhz"] > 0 and rows[0]["tflops"] > 0

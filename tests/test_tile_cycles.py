@@ -1,26 +1,16 @@
 """scripts/tile_cycles.py: its summary of tile records (CPU), and the records a traced Hopper launch leaves (GPU)."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 from flashcute.kernels.common.trace import RECORD_WORDS, counter_words
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tile_cycles.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("tile_cycles", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_script
 
 
 def test_summary_reads_wrapped_counters():
-    tile_cycles = load_script()
+    tile_cycles = load_script("tile_cycles")
     # three tiles of 1000, 2000 and 3000 cycles at 2 GHz; the second one's clock and timer wrap past 2^32
     starts = [(10, 100), ((1 << 32) - 500, (1 << 32) - 200), (50, 400)]
     rows = [
@@ -60,6 +50,6 @@ def test_traced_launch_records_every_tile_and_keeps_the_output():
         torch.cuda.synchronize()
         outputs.append((out, lse))
     assert torch.equal(outputs[0][0], outputs[1][0]) and torch.equal(outputs[0][1], outputs[1][1])
-    summary = load_script().summarize(counter[1:].view(num_tiles, RECORD_WORDS).cpu().long())
+    summary = load_script("tile_cycles").summarize(counter[1:].view(num_tiles, RECORD_WORDS).cpu().long())
     assert summary["tiles"] == num_tiles and summary["cycles_median"] > 0
     assert 300 < summary["clock_mhz"] < 3000
