@@ -156,6 +156,9 @@ class Sm90FwdConfig:
     """True: a step takes its turn before it waits for its K tile, not after: STEP_ORDER_NOTE."""
     pass_turn_after_qk: bool = False
     """True: a step passes the turn once its Q K^T is issued, before its P V, not after: STEP_ORDER_NOTE."""
+    k_descriptors: str = "64bit"
+    """How a step's K descriptors are computed from the stage index: "64bit", "32bit" or "uniform"
+    (wgmma.stage_steps says what each costs in SASS); the heuristic's choice is K_DESCRIPTORS_NOTE's."""
     trace_tiles: bool = False
     """True: every tile's SM, clock cycles and nanoseconds are recorded after the tile counter (a measuring aid:
     kernels/common/trace.py, scripts/tile_cycles.py; needs claim_tiles, whose tensor holds them)."""
@@ -254,6 +257,18 @@ class Sm90FwdConfig:
 #   D=256 (rescale_o_early) no order below 0.992 at any point -> the default
 # flash-attn-4 sums a row in one chain and takes its turn after waiting for K; both only paid together with the
 # rest here. Other head dims keep the default (not measured).
+# K_DESCRIPTORS_NOTE: how a step computes K's wgmma descriptors for its stage (Sm90FwdConfig.k_descriptors). "uniform"
+# against the 64-bit (bf16) / 32-bit (fp16) forms, in one process on one H200 (scripts/ab_inprocess.py run, session of
+# stop 19, bench/results/2026-11-30-h200-s19), new/old at 1k/4k/16k, non-causal | causal, three runs (3, 8, 6 rounds):
+#   D=256 fp16 1.019/0.990/1.016 | 1.011/1.011/1.009,  1.017/1.022/1.035 | 1.015/1.029/1.034,
+#              1.025/1.013/1.052 | 1.014/0.999/1.014
+#   D=256 bf16 0.998/1.021/1.011 | 1.007/1.019/1.001,  0.999/1.006/1.016 | (a slow spell)/1.008/0.998,
+#              1.007/1.004/0.992 | 1.000/0.993/0.990
+#   D=192 fp16 0.999/0.987/1.000 | 1.001/1.003/1.007   bf16 0.988/0.977/0.977 | 0.988/0.990/0.984
+#   D=128 fp16 0.982/0.992/0.978 | 0.972/0.995/0.981,  0.974/0.977/1.003 | 1.001/1.012/0.991
+#   D=128 bf16 0.992/1.005/1.000 | 0.997/0.996/0.985,  0.996/0.994/1.003 | 0.990/0.995/0.992
+# so fp16 takes "uniform" at D=256 (its step: 462 -> 435 SASS instructions) and "32bit" below it (stop 14: D=128
+# 468 -> 460), bf16 "64bit" everywhere (D=256: 425 against 426, and even on the GPU).
 _SM90_STEP_ORDER: dict[tuple[int, bool], tuple[int, bool, bool]] = {
     (64, False): (1, True, False),
     (128, False): (1, True, True),
@@ -270,6 +285,13 @@ _SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
 }
 
 
+def _k_descriptors(bucket: int, dtype: str) -> str:
+    """Sm90FwdConfig.k_descriptors for a head-dim bucket and dtype: K_DESCRIPTORS_NOTE."""
+    if dtype == "float16":
+        return "uniform" if bucket == 256 else "32bit"
+    return "64bit"
+
+
 @functools.cache
 def sm90_fwd_config(
     head_dim: int,
@@ -282,12 +304,14 @@ def sm90_fwd_config(
     claim_tiles: bool | None = None,
     take_turns: bool | None = None,
     step_order: tuple[int, bool, bool] | None = None,
+    k_descriptors: str | None = None,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
     the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), ``claim_tiles`` the
     claimed tiles (CLAIM_TILES_NOTE), and ``step_order`` (sum_chains, turn_before_k, pass_turn_after_qk)
-    the order of a step's work (STEP_ORDER_NOTE)."""
+    the order of a step's work (STEP_ORDER_NOTE), ``k_descriptors`` how K's descriptors are computed
+    (K_DESCRIPTORS_NOTE)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
@@ -309,6 +333,7 @@ def sm90_fwd_config(
         sum_chains=sum_chains,
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,
+        k_descriptors=k_descriptors or _k_descriptors(bucket, dtype),
     )
 
 

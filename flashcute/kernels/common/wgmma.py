@@ -51,27 +51,53 @@ def k_steps(frag: cute.Tensor) -> list[cute.Tensor]:
     return [frag[None, None, k] for k in range(cute.size(frag.shape[2]))]
 
 
+def _opaque(desc: Int64) -> Int64:
+    """``desc`` through an inline-PTX ``mov.b64``: the compiler cannot see what it is computed from."""
+    return Int64(
+        llvm.inline_asm(
+            Int64.mlir_type, [desc.ir_value()], "mov.b64 $0, $1;", "=l,l", has_side_effects=False, is_align_stack=False
+        )
+    )
+
+
 def fixed_descriptors(frag: cute.Tensor) -> cute.Tensor:
     """The shared-memory descriptor fragment ``frag`` over a descriptor computed here, once.
 
     Same layout, same descriptors: slicing the result adds the same offsets to the same base. The base goes through
-    an opaque move (inline PTX ``mov.b64``), so the compiler cannot fold it back into the pointer arithmetic it
-    would otherwise redo at every use; call this outside the loops that use the fragment.
+    an opaque move, so the compiler cannot fold it back into the pointer arithmetic it would otherwise redo at every
+    use; call this outside the loops that use the fragment.
     """
-    desc = smem_descriptor_to_int(frag.iterator)
-    fixed = llvm.inline_asm(
-        Int64.mlir_type, [desc.ir_value()], "mov.b64 $0, $1;", "=l,l", has_side_effects=False, is_align_stack=False
-    )
-    return cute.make_tensor(int_to_smem_descriptor(fixed), frag.layout)
+    return cute.make_tensor(int_to_smem_descriptor(_opaque(smem_descriptor_to_int(frag.iterator))), frag.layout)
 
 
-def stage_steps_32bit(fixed: cute.Tensor, stage: cutlass.Int32) -> list[cute.Tensor]:
-    """k_steps(fixed[None, None, None, stage]) for a ``fixed_descriptors`` fragment (MMA, MMA_N, MMA_K, stage), with
-    the offsets added to the descriptors' low 32 bits only. Their start address is the low 14 bits (shared memory
-    >> 4), and an offset inside shared memory never carries out of it, so the high word stays the base's. Which
-    form ptxas keeps in uniform registers depends on the dtype: at fp16 the 64-bit adds and their carries went to
-    ordinary registers and R2UR moves (D=256 step: 42 R2UR, 492 SASS instructions; 32-bit: 27 and 462), at bf16
-    the 64-bit form is the shorter one (425 against 452)."""
+K_DESCRIPTOR_FORMS = ("64bit", "32bit", "uniform")
+
+
+def stage_steps(fixed: cute.Tensor, stage: cutlass.Int32, form: str) -> list[cute.Tensor]:
+    """k_steps(fixed[None, None, None, stage]) for a ``fixed_descriptors`` fragment (MMA, MMA_N, MMA_K, stage).
+
+    Which instructions ptxas makes of the stage and k-step offsets depends on how they are written, differently
+    for each head dim and dtype (SASS of the free step, Sm90FwdConfig.k_descriptors chooses by measurement):
+
+    - "64bit": slices of ``fixed``, 64-bit adds to the descriptor (bf16 D=256: 425 instructions, UIADD3.64 in
+      uniform registers; fp16 D=256: 492, the adds in ordinary registers, 42 R2UR moving the results).
+    - "32bit": the offsets added to the descriptors' low 32 bits only (their start address is the low 14 bits,
+      shared memory >> 4, and an offset inside shared memory never carries out of it): fp16 D=256 462, D=128 460.
+    - "uniform": the stage's base computed once from the stage index made warp-uniform, behind an opaque move,
+      then a 64-bit add a k-step: fp16 D=256 435 (14 R2UR), bf16 D=256 426.
+    Any other ``form`` is "32bit" (Sm90FwdConfig's can_implement admits K_DESCRIPTOR_FORMS only).
+    """
+    if cutlass.const_expr(form == "64bit"):
+        return k_steps(fixed[None, None, None, stage])
+    k_offsets = [cute.crd2idx((0, 0, k, 0), fixed.layout) for k in range(cute.size(fixed.shape[2]))]
+    k_layouts = [fixed[None, None, k, 0].layout for k in range(cute.size(fixed.shape[2]))]
+    if cutlass.const_expr(form == "uniform"):
+        stage = cute.arch.make_warp_uniform(stage)
+        base = _opaque(smem_descriptor_to_int(fixed.iterator) + Int64(cute.crd2idx((0, 0, 0, stage), fixed.layout)))
+        return [
+            cute.make_tensor(int_to_smem_descriptor(base + Int64(off)), layout)
+            for off, layout in zip(k_offsets, k_layouts, strict=True)
+        ]
     halves = llvm.inline_asm(
         llvm.StructType.get_literal([cutlass.Int32.mlir_type, cutlass.Int32.mlir_type]),
         [smem_descriptor_to_int(fixed.iterator).ir_value()],
@@ -83,17 +109,16 @@ def stage_steps_32bit(fixed: cute.Tensor, stage: cutlass.Int32) -> list[cute.Ten
     low, high = (cutlass.Int32(llvm.extractvalue(cutlass.Int32.mlir_type, halves, [i])) for i in (0, 1))
     low = cute.arch.make_warp_uniform(low + cute.crd2idx((0, 0, 0, stage), fixed.layout))
     steps = []
-    for k in range(cute.size(fixed.shape[2])):
-        low_k = low + cute.crd2idx((0, 0, k, 0), fixed.layout)
+    for off, layout in zip(k_offsets, k_layouts, strict=True):
         desc = llvm.inline_asm(
             Int64.mlir_type,
-            [low_k.ir_value(), high.ir_value()],
+            [(low + off).ir_value(), high.ir_value()],
             "mov.b64 $0, {$1, $2};",
             "=l,r,r",
             has_side_effects=False,
             is_align_stack=False,
         )
-        steps.append(cute.make_tensor(int_to_smem_descriptor(Int64(desc)), fixed[None, None, k, 0].layout))
+        steps.append(cute.make_tensor(int_to_smem_descriptor(Int64(desc)), layout))
     return steps
 
 

@@ -46,12 +46,13 @@ from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.trace import record_tile, tile_start
 from flashcute.kernels.common.wgmma import (
+    K_DESCRIPTOR_FORMS,
     fixed_descriptors,
     gemm,
     gemm_steps,
     k_steps,
     make_tiled_mmas,
-    stage_steps_32bit,
+    stage_steps,
     store_probs,
     transpose_view,
 )
@@ -97,6 +98,8 @@ class FlashAttentionForwardSm90:
             return f"block_n={config.block_n} is not a multiple of 16 in [16, 256] (wgmma N and P V's k-steps)"
         if config.num_stages < 1:
             return f"num_stages={config.num_stages} is below 1"
+        if config.k_descriptors not in K_DESCRIPTOR_FORMS:
+            return f"k_descriptors={config.k_descriptors!r} is not one of {K_DESCRIPTOR_FORMS}"
         if config.trace_tiles and not config.claim_tiles:
             return "trace_tiles=True needs claim_tiles=True (the records follow the tile counter)"
         if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
@@ -769,11 +772,8 @@ class FlashAttentionForwardSm90:
         return state
 
     def key_steps(self, tSrK: cute.Tensor, stage: Int32) -> list[cute.Tensor]:
-        """K's k-step operands in K/V stage ``stage``; for fp16 by 32-bit descriptor adds (wgmma.stage_steps_32bit
-        says why: shorter steps at every head dim, D=128 468 -> 460, D=256 492 -> 462 SASS instructions)."""
-        if cutlass.const_expr(self.dtype is cutlass.Float16):
-            return stage_steps_32bit(tSrK, stage)
-        return k_steps(tSrK[None, None, None, stage])
+        """K's k-step operands in K/V stage ``stage``, computed in the form config.k_descriptors names."""
+        return stage_steps(tSrK, stage, self.config.k_descriptors)
 
     def take_turn(self, wg: Int32):
         """Wait until the other consumer warpgroup has issued its MMAs (no-op unless self.take_turns)."""
