@@ -34,7 +34,6 @@ class FwdConfig:
     num_stages:       shared-memory buffers for K and for V: 1 as in the seed, 2 to load one tile further ahead
     mask_right:       keys right of the diagonal are masked (causal, or a window with window_right >= 0)
     mask_left:        keys further left than window_left are masked (sliding window)
-    register_usage_level: ptxas's -regUsageLevel (0-10) for the kernel, None for ptxas's default (5)
     """
 
     dtype: str
@@ -46,7 +45,6 @@ class FwdConfig:
     num_stages: int
     mask_right: bool
     mask_left: bool
-    register_usage_level: int | None = None
 
     @property
     def num_threads(self) -> int:
@@ -92,16 +90,6 @@ _SM80_TILES: dict[int, tuple[int, int, int, int]] = {
 }
 
 
-# ptxas's register usage level (FwdConfig.register_usage_level) per head-dim bucket; the others keep ptxas's default.
-# D=128 is the bucket whose kernels spill at 255 registers a thread (tests/test_compile.py, KNOWN_SPILLS), and the
-# level moves what spills: (128,64,4,2) at levels 0 / 5 (default) / 10, bf16 non-causal, 80 / 110 / 72 spill
-# instructions. scripts/tune.py --kernel sm80 --headdim 128 --seqlen 4096,16384 (session of stop 19, one H200,
-# bench/results/2026-11-30-h200-s19), TFLOP/s at level 10 over the default, 4k/16k, non-causal | causal, rounds 3
-# then 5: bf16 1.011/1.009 | 1.023/1.008, 1.009/0.999 | 1.021/1.006; fp16 1.011/1.008 | 1.018/1.031, 1.017/0.998 |
-# 1.017/1.049 (level 0: 0.988 to 1.047). D=64 and D=256 compile to the same step at every level (no spills).
-_SM80_REGISTER_USAGE: dict[int, int] = {128: 10}
-
-
 @functools.cache
 def fwd_config(
     head_dim: int,
@@ -110,12 +98,11 @@ def fwd_config(
     window_left: int = -1,
     window_right: int = -1,
     tiles: tuple[int, int, int, int] | None = None,
-    register_usage_level: int | None = None,
 ) -> FwdConfig:
     """The heuristic: pick the sm80 forward configuration for a problem.
 
-    causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps, num_stages) choice
-    and ``register_usage_level`` _SM80_REGISTER_USAGE's; the tuning sweep uses them.
+    causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps, num_stages) choice;
+    the tuning sweep uses it.
     """
     bucket = head_dim_bucket(head_dim)
     block_m, block_n, num_warps, num_stages = tiles if tiles is not None else _SM80_TILES[bucket]
@@ -129,7 +116,6 @@ def fwd_config(
         num_stages=num_stages,
         mask_right=causal or window_right >= 0,
         mask_left=window_left >= 0,
-        register_usage_level=_SM80_REGISTER_USAGE.get(bucket) if register_usage_level is None else register_usage_level,
     )
 
 

@@ -6,8 +6,7 @@ For each head dim, causal or not, and seqlen (B = 16384 / L, H = 2048 / D, as in
 PyTorch SDPA's flash backend, flash-attn-4 when it is installed, and every candidate (CUDA events, median; each run
 timed --rounds times in turn with the others, the median of those kept), checks each candidate's output on a slice
 against the float64 spec, and prints one JSON line per point. config.py's
-tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, num_stages[, ptxas's register usage
-level, FwdConfig.register_usage_level, else the heuristic's]); sm90 candidates
+tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, num_stages); sm90 candidates
 (block_m, block_n, num_stages, rescale_o_early[, take_turns[, grid]]), where grid "tile" launches one thread block
 a tile instead of the grid Sm90FwdConfig.grid_limit picks (the persistent grid, under a mask at long walks not),
 and "claim" makes the persistent thread blocks claim their tiles (Sm90FwdConfig.claim_tiles) with or without a mask.
@@ -59,8 +58,6 @@ CANDIDATES = {
     128: [
         (128, 64, 4, 1),
         (128, 64, 4, 2),
-        (128, 64, 4, 2, 0),
-        (128, 64, 4, 2, 5),
         (128, 48, 4, 1),
         (128, 48, 4, 2),
         (128, 32, 4, 1),
@@ -119,7 +116,7 @@ def make_config(kernel: str, d: int, dtype: str, causal: bool, candidate: tuple)
             take_turns=take_turns,
             claim_tiles=claim_tiles,
         )
-    return fwd_config(d, dtype, causal=causal, tiles=candidate[:4], register_usage_level=(candidate[4:] or (None,))[0])
+    return fwd_config(d, dtype, causal=causal, tiles=candidate)
 
 
 def sweep_point(

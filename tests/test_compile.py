@@ -71,7 +71,7 @@ _D96 = (
 )
 _D128 = (
     "128x64 tile, 4 warps: acc_O 128 + acc_S 64 fp32 registers a thread and the Q/K/V fragments need more than 255: "
-    "48-152 bytes of stack on every d128 variant at ptxas's register usage level 10 (config._SM80_REGISTER_USAGE). "
+    "32-224 bytes of stack on every d128 variant (the 40 bytes of bf16 on sm_80 up to 224 with padding and a window). "
     "Kept: it is the fastest tile measured on the H200 (config.py: with 2 stages 376 TFLOP/s at 4k against 360 "
     "for 128x48, which spills less)"
 )

@@ -15,7 +15,6 @@ from flashcute.config import (
     Sm90FwdConfig,
     bwd_post_config,
     bwd_pre_config,
-    fwd_config,
     sm90_bwd_config,
     sm90_bwd_supports,
     sm90_fwd_config,
@@ -93,17 +92,6 @@ def test_sm90_step_order_by_head_dim_and_mask():
     assert order(64, causal=True) == order(256) == order(256, causal=True) == order(96) == (4, False, False)
     config = sm90_fwd_config(128, "bfloat16", step_order=(4, False, True))
     assert (config.sum_chains, config.turn_before_k, config.pass_turn_after_qk) == (4, False, True)
-
-
-def test_sm80_register_usage_level_by_head_dim():
-    """config._SM80_REGISTER_USAGE: ptxas's level 10 for the spilling D=128 bucket (padded head dims too), ptxas's
-    default elsewhere; ``register_usage_level`` overrides, and the kernel refuses a level ptxas does not have."""
-    for dtype in DTYPES:
-        assert {fwd_config(d, dtype, causal=c).register_usage_level for d in (120, 128) for c in (False, True)} == {10}
-        assert {fwd_config(d, dtype).register_usage_level for d in HEAD_DIM_BUCKETS if d != 128} == {None}
-    assert fwd_config(128, "bfloat16", register_usage_level=5).register_usage_level == 5
-    odd = dataclasses.replace(fwd_config(128, "bfloat16"), register_usage_level=11)
-    assert "register_usage_level=11" in FlashAttentionForwardSm80.can_implement(odd, "sm_80")
 
 
 def test_sm90_k_descriptors_by_dtype_and_head_dim():

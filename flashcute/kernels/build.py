@@ -94,8 +94,6 @@ def _compile(kernel, config, arch: str, dump_dir: Path | None, *tensors, scalars
     if reason is not None:
         raise ValueError(f"cannot build {type(kernel).__name__} for {config}: {reason}")
     options = f"--enable-tvm-ffi --gpu-arch {arch}"
-    if getattr(config, "register_usage_level", None) is not None:
-        options += f" --ptxas-options '-regUsageLevel={config.register_usage_level}'"
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"

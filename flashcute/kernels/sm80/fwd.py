@@ -55,8 +55,6 @@ class FlashAttentionForwardSm80:
             return f"block_m={config.block_m} is not a multiple of 16 * num_warps = {16 * config.num_warps}"
         if config.num_stages not in (1, 2):
             return f"num_stages={config.num_stages} is not 1 or 2"
-        if config.register_usage_level is not None and not 0 <= config.register_usage_level <= 10:
-            return f"register_usage_level={config.register_usage_level} is not None or in [0, 10] (ptxas's levels)"
         return common_limits(config, config.num_threads, config.smem_bytes(), arch)
 
     # ---------------------------------------------------------------- host side: layouts, copies, MMA, launch
