@@ -1,6 +1,7 @@
 """A/B of one forward kernel of two trees in one process: this checkout's `flashcute` against an earlier commit's
 copy renamed `flashcute_base`, with a reference beside them (flash-attn-4 for the Hopper forward, PyTorch SDPA's
-flash backend for the sm80 one), each point's three timed in turn for several rounds, every other round in reverse.
+flash backend for the sm80 one), each point's three timed in turn for several rounds (bench.runner.round_order: each
+round in another order, every one after every other).
 
     python scripts/ab_inprocess.py prepare REV DIR    # here (needs git): DIR/flashcute_base from commit REV
     python -P scripts/ab_inprocess.py run DIR OUT.json [--kernel sm90] [--rounds 5] [--headdim 64,128,256]

@@ -7,8 +7,8 @@ Why: at long sequences the H200 runs these kernels at its 700 W limit (nvidia-sm
 power cap, in every sample), so a kernel that needs fewer cycles a tile but the same energy runs at a lower clock
 and gains nothing (docs/perf-notes.md, stop 18). What decides there is the energy a call: the median power over a
 loop times the median call time, printed as joules per PFLOP beside TFLOP/s and the SM clock. Each backend runs a
-loop of --seconds (its first fifth dropped as the ramp), backends in turn, --repeats times, every other repeat in
-reverse (bench.runner.round_order). B = 16384 / L, H = 2048 / D, as in the benchmark grid.
+loop of --seconds (its first fifth dropped as the ramp), backends in turn, --repeats times, each repeat in
+bench.runner.round_order's order. B = 16384 / L, H = 2048 / D, as in the benchmark grid.
 """
 
 import argparse

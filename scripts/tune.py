@@ -161,9 +161,10 @@ def sweep_point(
         ref = attention_ref(q[:1, -256:, :2], k[:1, :, :2], v[:1, :, :2], causal=causal)
         row[f"error {candidate}"] = (out[:1, -256:, :2].double() - ref).abs().max().item()
         runs[str(candidate)] = run
-    # Every run timed once a round, in turn, every other round in reverse, and the median kept: the GPU clock drifts
-    # within a process (docs/perf-notes.md, "Session of stop 12"), and at the power cap a reading depends on the run
-    # before it (stop 15: the first candidate, timed after flash-attn-4, read 3-10 % low in every sweep).
+    # Every run timed once a round, in turn, in bench.runner.round_order's order, and the median kept: the GPU clock
+    # drifts within a process (docs/perf-notes.md, "Session of stop 12"), and at the power cap a reading depends on
+    # the run before it (stop 15: the first candidate, timed after flash-attn-4, read 3-10 % low in every sweep;
+    # stop 19: still 1.3 % with every other round reversed).
     times: dict[str, list[float]] = {name: [] for name in runs}
     for round_idx in range(rounds):
         for name, fn in round_order(list(runs.items()), round_idx):

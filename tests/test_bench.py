@@ -2,6 +2,7 @@
 correctness check, reports, JSON, --compare, plots, and the command without a GPU."""
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -186,6 +187,16 @@ def test_sweep_backward_checks_gradients_and_reports_no_backward(cpu_sweep):
     assert rows[("fwd-only", 64)].status == "unsupported" and rows[("fwd-only", 64)].reason.startswith("no backward")
 
 
+def test_round_order_gives_every_item_every_predecessor():
+    for n in range(1, 8):
+        items = list(range(n))
+        rounds = [runner.round_order(items, r) for r in range(n if n % 2 == 0 else 2 * n)]
+        assert all(sorted(order) == items for order in rounds)
+        pairs = [pair for order in rounds for pair in itertools.pairwise(order)]
+        assert len(set(pairs)) == n * (n - 1)  # every ordered pair of neighbours occurs ...
+        assert len(set(map(pairs.count, pairs))) <= 1  # ... equally often
+
+
 def test_sweep_rounds_alternate_backends_and_keep_the_median(monkeypatch):
     calls: list[str] = []
     clocks = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 9.0, 7.0]), "flaky": iter([4.0])}
@@ -212,9 +223,9 @@ def test_sweep_rounds_alternate_backends_and_keep_the_median(monkeypatch):
     shape = Shape("bf16", 32, False, 64, 1, 2)
     rows = list(sweep([shape], [backend("a"), backend("b"), backend("flaky")], Settings(rounds=3, check=False)))
     assert [(r.backend, r.status, r.ms) for r in rows] == [("a", "ok", 2.0), ("b", "ok", 7.0), ("flaky", "ok", 4.0)]
-    # first call and first timing per backend, then the rounds alternate, every other one reversed:
-    # flaky(fails) b a, a b flaky(fails)
-    assert calls == ["a", "a", "b", "b", "flaky", "flaky", "flaky", "b", "a", "a", "b", "flaky"]
+    # first call and first timing per backend, then rounds 1 and 2 of runner.round_order: b flaky(fails) a,
+    # flaky(fails) a b
+    assert calls == ["a", "a", "b", "b", "flaky", "flaky", "b", "flaky", "a", "flaky", "a", "b"]
     assert cli.settings(parse("--rounds", "3")).rounds == 3
 
 

@@ -86,8 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rounds",
         type=parse_size,
         default=1,
-        help="time the backends of a shape this many times, in turn (every other round in reverse order), and keep "
-        "each one's median (default: 1)",
+        help="time the backends of a shape this many times, in turn (each round in another order, every backend "
+        "after every other), and keep each one's median (default: 1)",
     )
     parser.add_argument("--no-check", action="store_true", help="skip the correctness check against float64")
 

@@ -34,11 +34,11 @@ class Settings:
     rep_ms: float = 100.0
     check: bool = True
     rounds: int = 1
-    """How many times each backend of a shape is timed, in turn with the others, every other round in reverse order
-    (A B C, C B A, A B C ...); a row keeps the median. The GPU's clock drifts with its temperature and idle spells,
-    so one reading favors whichever backend the drift favors; alternating rounds give every backend the same
-    conditions. At the power cap a reading also depends on what ran just before it (docs/perf-notes.md, stop 14):
-    reversing the order changes each backend's predecessor from round to round."""
+    """How many times each backend of a shape is timed, in turn with the others, each round in round_order's order;
+    a row keeps the median. The GPU's clock drifts with its temperature and idle spells, so one reading favors
+    whichever backend the drift favors; alternating rounds give every backend the same conditions. At the power cap
+    a reading also depends on what ran just before it (docs/perf-notes.md, stops 14 and 19): round_order gives every
+    backend every predecessor in turn."""
 
 
 def sweep(shapes: list[Shape], backends: list[Backend], settings: Settings) -> Iterator[Row]:
@@ -84,14 +84,27 @@ def measure(
 
 
 def round_order(items: list, round_idx: int) -> list:
-    """The order of round ``round_idx`` (from 0) of timings taken in turn: as given, reversed in odd rounds."""
-    return items[::-1] if round_idx % 2 else items
+    """The order of round ``round_idx`` (from 0) of timings taken in turn: row ``round_idx`` of a balanced Latin
+    square (Williams' design: 0, 1, n-1, 2, n-2, ... shifted by the round), so that over n rounds (2n for an odd
+    count n, the second n reversed) every item is timed right after every other one equally often.
+
+    At the H200's 700 W cap a reading depends on what ran just before it (docs/perf-notes.md, stops 14, 15 and
+    19): with the order as given and reversed in turn, as before, an item's predecessor in the forward rounds never
+    changed, and in stop 19 a sweep's candidate timed after flash-attn-4 read 1.3 % below another that one process
+    alternating only the two found 1 % faster.
+    """
+    n = len(items)
+    first = [0]
+    for j in range(1, n):  # 0, 1, n-1, 2, n-2, ...
+        first.append((j + 1) // 2 if j % 2 else n - j // 2)
+    row = [items[(i + round_idx) % n] for i in first]
+    return row[::-1] if n % 2 and (round_idx // n) % 2 else row
 
 
 def more_rounds(measured: list[tuple[Backend, Row, Callable[[], object] | None]], settings: Settings) -> list[Row]:
-    """settings.rounds - 1 more timings of every timed step, backend after backend, the first of them in reverse
-    order and then alternating; each row's time becomes the median of its rounds. A backend that fails in a later
-    round keeps the rounds it finished."""
+    """settings.rounds - 1 more timings of every timed step, backend after backend in round_order's order of rounds
+    1, 2, ...; each row's time becomes the median of its rounds. A backend that fails in a later round keeps the
+    rounds it finished."""
     times = {row.backend: [row.ms] for _, row, step in measured if step is not None}
     for round_idx in range(1, settings.rounds):
         for backend, row, step in round_order(measured, round_idx):
