@@ -35,8 +35,12 @@ def run(args: argparse.Namespace) -> int:
     def wanted(config) -> bool:
         return args.headdim is None or config.head_dim_padded in args.headdim
 
-    configs = [config for config in (*fwd_variants(args.exact_only), *bwd_variants(args.exact_only)) if wanted(config)]
-    variants = [(config, arch) for arch in args.arch for config in configs]
+    variants = [
+        (config, arch)
+        for arch in args.arch
+        for config in (*fwd_variants(args.exact_only, arch), *bwd_variants(args.exact_only))
+        if wanted(config)
+    ]
     if "sm_90a" in args.arch:  # the Hopper kernel is built for sm_90a only
         sm90 = (*sm90_fwd_variants(args.exact_only), *sm90_bwd_variants(args.exact_only))
         variants += [(config, "sm_90a") for config in sm90 if wanted(config)]

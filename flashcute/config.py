@@ -13,6 +13,10 @@ from dataclasses import dataclass
 HEAD_DIM_BUCKETS = (32, 64, 96, 128, 192, 256)
 DTYPES = ("float16", "bfloat16")
 
+# Opt-in shared memory per thread block by target; sm_86 and sm_89 parts have the least.
+MAX_SMEM_BYTES = {"sm_80": 163 * 1024, "sm_87": 163 * 1024, "sm_90a": 227 * 1024}
+DEFAULT_MAX_SMEM_BYTES = 99 * 1024
+
 
 def head_dim_bucket(head_dim: int) -> int:
     """The smallest bucket that holds ``head_dim`` (a multiple of 8 up to 256)."""
@@ -30,10 +34,14 @@ class FwdConfig:
     head_dim_padded:  the head-dim bucket the kernel is built for
     exact_head_dim:   True when head_dim == head_dim_padded, so no head-dim predicates are needed
     block_m, block_n: rows of Q per thread block, rows of K/V per main-loop step
-    num_warps:        warps per thread block, stacked along M (each warp owns block_m / num_warps rows)
+    num_warps:        warps per thread block
     num_stages:       shared-memory buffers for K and for V: 1 as in the seed, 2 to load one tile further ahead
     mask_right:       keys right of the diagonal are masked (causal, or a window with window_right >= 0)
     mask_left:        keys further left than window_left are masked (sliding window)
+    warps_n:          warps side by side along N: 1 stacks all warps along M (each owns block_m / num_warps rows
+                      and whole rows of S and O); 2 lets a pair of warps share rows, each taking half of S's
+                      columns and half of O's head dim (half the K and V bytes a warp reads from shared memory;
+                      the pair trades row maxima and P through shared memory: SPLIT_ROWS_NOTE)
     """
 
     dtype: str
@@ -45,17 +53,24 @@ class FwdConfig:
     num_stages: int
     mask_right: bool
     mask_left: bool
+    warps_n: int = 1
 
     @property
     def num_threads(self) -> int:
         return self.num_warps * 32
 
+    @property
+    def warps_m(self) -> int:
+        return self.num_warps // self.warps_n
+
     def smem_bytes(self) -> int:
-        """Shared memory of one thread block: a Q tile + num_stages K and V tiles, 2 bytes an element."""
-        return 2 * self.head_dim_padded * (self.block_m + 2 * self.num_stages * self.block_n)
+        """Shared memory of one thread block: a Q tile + num_stages K and V tiles, 2 bytes an element; with
+        warps_n > 1 also P (block_m x block_n, 16-bit) and the pairs' row statistics (warps_n x block_m fp32)."""
+        shared_rows = 2 * self.block_m * self.block_n + 4 * self.warps_n * self.block_m if self.warps_n > 1 else 0
+        return 2 * self.head_dim_padded * (self.block_m + 2 * self.num_stages * self.block_n) + shared_rows
 
 
-# Tile choices per head-dim bucket: (block_m, block_n, num_warps, num_stages).
+# Tile choices per head-dim bucket: (block_m, block_n, num_warps, num_stages[, warps_n]).
 # Measured on one H200 (bf16, B = 16384 / L, H = 2048 / D, TFLOP/s at L = 4k / 16k, non-causal | causal) at commit
 # 30111a9 with the sweep that is now scripts/tune.py:
 #   D=64:  (128,64,4,1) 336/333 | 301/325   (128,64,4,2) 320/326 | 294/312   (128,128,4,1) 326/337 | 296/323
@@ -78,15 +93,27 @@ class FwdConfig:
 #     D=256 (128,64,8,1) 336/346 | 292/348, 331/342 | 287/339   (128,64,8,2) 340/347 | 292/350, 343/350 | 297/345
 #           -> (128,64,8,1) stays: two stages gain 0-1 % (bf16) and 2-4 % (fp16) but need 192 KB of shared memory,
 #           over sm_80's 163 KB, and in one process against main they did not show (branch sm80-order)
+#   D=256 with split rows (warps_n=2, a pair of warps sharing each row band: SPLIT_ROWS_NOTE), scripts/tune.py
+#   --kernel sm80 --headdim 256 --rounds 4 on one H200 (working tree on 80fc677), bf16 then fp16:
+#     (128,64,8,1)   339/344 | 295/351, 336/341 | 293/339   (128,64,8,1,2) 327/333 | 292/343, 337/341 | 293/336
+#     (128,64,8,2,2) 349/358 | 292/347, 346/350 | 304/352   (64,64,4,1,2)  313/321 | 302/329, 318/325 | 291/315
+#     -> (128,64,8,2,2) where the target's shared memory holds it (209 KB: sm_90), else (128,64,8,1)
+# SPLIT_ROWS_NOTE: at D=256 every warp of the (128,64,8,1) tile reads all of K and V through ldmatrix for its 16
+# rows; ncu (bf16, 4k, non-causal) put shared memory at 80 % of its peak (tensor pipe 53 %, SDPA flash's kernel 77 %).
+# Pairs of warps that split S's columns and O's head dim read half as much K and V each (P and the row maxima go
+# through shared memory): 65 % of the peak, tensor pipe 55 %. The pair are neighbouring warps, on different
+# schedulers: with the pair on one scheduler (warps w and w + 4) the split read 0.92-0.97 of (128,64,8,1) in one
+# process. At D=128 (4 warps of 32 rows, 2 thread blocks an SM) 8 split warps read 268 against 378 TFLOP/s.
 # D=32, 96 and 192 were not swept yet; they take their neighbours' shapes within the register and shared-memory
 # budgets (acc_O holds block_m * D / threads fp32 values a thread, acc_S block_m * block_n / threads).
-_SM80_TILES: dict[int, tuple[int, int, int, int]] = {
-    32: (128, 128, 4, 1),
-    64: (128, 64, 4, 1),
-    96: (128, 64, 4, 1),
-    128: (128, 64, 4, 2),
-    192: (128, 64, 8, 1),
-    256: (128, 64, 8, 1),
+# A bucket lists its choices best first; the heuristic takes the first that fits the target's shared memory.
+_SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
+    32: ((128, 128, 4, 1),),
+    64: ((128, 64, 4, 1),),
+    96: ((128, 64, 4, 1),),
+    128: ((128, 64, 4, 2),),
+    192: ((128, 64, 8, 1),),
+    256: ((128, 64, 8, 2, 2), (128, 64, 8, 1)),
 }
 
 
@@ -97,29 +124,38 @@ def fwd_config(
     causal: bool = False,
     window_left: int = -1,
     window_right: int = -1,
-    tiles: tuple[int, int, int, int] | None = None,
+    tiles: tuple[int, ...] | None = None,
+    arch: str = "sm_80",
 ) -> FwdConfig:
-    """The heuristic: pick the sm80 forward configuration for a problem.
+    """The heuristic: pick the sm80 forward configuration for a problem on target ``arch``.
 
-    causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps, num_stages) choice;
-    the tuning sweep uses it.
+    causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps, num_stages[,
+    warps_n]) choice; the tuning sweep uses it. Without it, the bucket's first choice that fits the target's shared
+    memory.
     """
     bucket = head_dim_bucket(head_dim)
-    block_m, block_n, num_warps, num_stages = tiles if tiles is not None else _SM80_TILES[bucket]
-    return FwdConfig(
-        dtype=dtype,
-        head_dim_padded=bucket,
-        exact_head_dim=head_dim == bucket,
-        block_m=block_m,
-        block_n=block_n,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        mask_right=causal or window_right >= 0,
-        mask_left=window_left >= 0,
-    )
+    mask_right, mask_left = causal or window_right >= 0, window_left >= 0
+    smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
+    for choice in (tiles,) if tiles is not None else _SM80_TILES[bucket]:
+        block_m, block_n, num_warps, num_stages, *split = choice
+        config = FwdConfig(
+            dtype=dtype,
+            head_dim_padded=bucket,
+            exact_head_dim=head_dim == bucket,
+            block_m=block_m,
+            block_n=block_n,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            mask_right=mask_right,
+            mask_left=mask_left,
+            warps_n=split[0] if split else 1,
+        )
+        if tiles is not None or config.smem_bytes() <= smem_limit:
+            break
+    return config
 
 
-SM90_MAX_SMEM_BYTES = 227 * 1024  # opt-in shared memory per thread block on sm_90
+SM90_MAX_SMEM_BYTES = MAX_SMEM_BYTES["sm_90a"]
 
 
 @dataclass(frozen=True)

@@ -123,9 +123,12 @@ def launch_fwd(
     name = available_kernels(q.device)[0] if kernel == "auto" else kernel
     if name == "sm90":
         q, k, v = (tma_addressable(t) for t in (q, k, v))
-    make_config = sm90_fwd_config if name == "sm90" else fwd_config
-    config = make_config(q.shape[-1], _dtype_name(q), window_left=window_left, window_right=window_right)
     arch = device_arch(q.device)
+    masks = {"window_left": window_left, "window_right": window_right}
+    if name == "sm90":
+        config = sm90_fwd_config(q.shape[-1], _dtype_name(q), **masks)
+    else:
+        config = fwd_config(q.shape[-1], _dtype_name(q), **masks, arch=arch)
     kernel = compile_cache.get_compiled(arch, config, functools.partial(compile_fwd, config, arch))
     tensors, scalars = (q, k, v, out, lse), (softmax_scale, diag_offset, window_left, window_right)
     if name == "sm90":

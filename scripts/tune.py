@@ -6,7 +6,7 @@ For each head dim, causal or not, and seqlen (B = 16384 / L, H = 2048 / D, as in
 PyTorch SDPA's flash backend, flash-attn-4 when it is installed, and every candidate (CUDA events, median; each run
 timed --rounds times in turn with the others, the median of those kept), checks each candidate's output on a slice
 against the float64 spec, and prints one JSON line per point. config.py's
-tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, num_stages); sm90 candidates
+tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, num_stages[, warps_n]); sm90 candidates
 (block_m, block_n, num_stages, rescale_o_early[, take_turns[, grid]]), where grid "tile" launches one thread block
 a tile instead of the grid Sm90FwdConfig.grid_limit picks (the persistent grid, under a mask at long walks not),
 and "claim" makes the persistent thread blocks claim their tiles (Sm90FwdConfig.claim_tiles) with or without a mask.
@@ -64,9 +64,11 @@ CANDIDATES = {
         (128, 64, 8, 1),
         (64, 64, 4, 1),
         (128, 128, 8, 1),
+        (128, 64, 8, 1, 2),
+        (128, 64, 8, 2, 2),
     ],
-    192: [(128, 64, 8, 1), (128, 64, 8, 2), (64, 64, 4, 1), (64, 64, 4, 2)],
-    256: [(128, 64, 8, 1), (128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 1), (64, 64, 4, 2), (64, 32, 4, 1)],
+    192: [(128, 64, 8, 1), (128, 64, 8, 1, 2), (128, 64, 8, 2, 2), (64, 64, 4, 1, 2)],
+    256: [(128, 64, 8, 1), (128, 64, 8, 1, 2), (128, 64, 8, 2, 2), (64, 64, 4, 1, 2)],
 }
 
 

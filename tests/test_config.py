@@ -9,12 +9,14 @@ import pytest
 from flashcute.config import (
     DTYPES,
     HEAD_DIM_BUCKETS,
+    MAX_SMEM_BYTES,
     SM90_MAX_SMEM_BYTES,
     BwdPreConfig,
     Sm90BwdConfig,
     Sm90FwdConfig,
     bwd_post_config,
     bwd_pre_config,
+    fwd_config,
     sm90_bwd_config,
     sm90_bwd_supports,
     sm90_fwd_config,
@@ -180,3 +182,30 @@ def test_sm90_bwd_refuses_other_targets_and_bad_tiles():
     assert "shared memory" in FlashAttentionBackwardSm90.can_implement(
         sm90_bwd_config(128, "bfloat16", tiles=(128, 128, 2)), "sm_90a"
     )
+
+
+def test_sm80_heuristic_fits_the_targets_shared_memory():
+    """D=256 takes split rows on two K/V stages where sm_90's shared memory holds them (SPLIT_ROWS_NOTE), and the
+    one-stage tile on sm_80; every pick fits its target."""
+    hopper, ampere = fwd_config(256, "bfloat16", arch="sm_90a"), fwd_config(256, "bfloat16", arch="sm_80")
+    assert (hopper.num_stages, hopper.warps_n) == (2, 2)
+    assert hopper.smem_bytes() > MAX_SMEM_BYTES["sm_80"]
+    assert (ampere.num_stages, ampere.warps_n) == (1, 1)
+    for arch in ("sm_80", "sm_90a"):
+        for config in fwd_variants(arch=arch):
+            assert FlashAttentionForwardSm80.can_implement(config, arch) is None, (config, arch)
+
+
+def test_sm80_split_rows_limits():
+    base = fwd_config(256, "bfloat16", arch="sm_90a")
+    cases = {
+        (8, 3): "warps_n=3 is not 1, 2 or 4 dividing num_warps=8",
+        (6, 4): "warps_n=4 is not 1, 2 or 4 dividing num_warps=6",
+    }
+    for (num_warps, warps_n), message in cases.items():
+        config = dataclasses.replace(base, num_warps=num_warps, warps_n=warps_n)
+        assert FlashAttentionForwardSm80.can_implement(config, "sm_90a") == message
+    narrow = dataclasses.replace(base, block_n=16)
+    message = "block_n=16 is not a multiple of 16 * warps_n = 32"
+    assert FlashAttentionForwardSm80.can_implement(narrow, "sm_90a") == message
+    assert dataclasses.replace(base, warps_n=1).smem_bytes() == base.smem_bytes() - 2 * 128 * 64 - 4 * 2 * 128

@@ -64,15 +64,14 @@ class SassReport:
 
 def variant_label(config: AnyConfig) -> str:
     """A short name for a config: "bfloat16-d128-128x64w4s1-right" is bf16, head dim 128, block_m x block_n,
-    4 warps, 1 K/V stage, causal-like mask; "d128pad" is a head dim padded up to 128; masks: nomask, right, left,
-    both. Backward kernels start with "bwd-" (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic
-    mode) or "dq-" (the deterministic dQ kernel) and have no stage count. Hopper forward kernels start with
-    "sm90-" and have no warp count (one producer and block_m / 64 consumer warpgroups; "-noturns" where those
-    do not take turns, "-fixed" where the thread blocks take their tiles in a fixed order, not claimed, "-traced" with
-    tile records); the Hopper
-    backward
-    starts with "sm90bwd-". The backward's preprocess ("bwdpre-", "-zerodq" when it also zeroes dQaccum) and
-    postprocess ("bwdpost-") have rows per thread block and warps, and no mask: "bwdpre-bfloat16-d128-64w4-zerodq".
+    4 warps, 1 K/V stage, causal-like mask ("s2n2": 2 stages and warps in pairs that split rows, FwdConfig.warps_n);
+    "d128pad" is a head dim padded up to 128; masks: nomask, right, left, both. Backward kernels start with "bwd-"
+    (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic mode) or "dq-" (the deterministic dQ kernel) and
+    have no stage count. Hopper forward kernels start with "sm90-" and have no warp count (one producer and
+    block_m / 64 consumer warpgroups; "-noturns" where those do not take turns, "-fixed" where the thread blocks take
+    their tiles in a fixed order, not claimed, "-traced" with tile records); the Hopper backward starts with
+    "sm90bwd-". The backward's preprocess ("bwdpre-", "-zerodq" when it also zeroes dQaccum) and postprocess
+    ("bwdpost-") have rows per thread block and warps, and no mask: "bwdpre-bfloat16-d128-64w4-zerodq".
     """
     head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
     if isinstance(config, BwdPostConfig):
@@ -97,7 +96,7 @@ def variant_label(config: AnyConfig) -> str:
     elif isinstance(config, DQConfig):
         prefix = "dq-"
     else:
-        tiles += f"s{config.num_stages}"
+        tiles += f"s{config.num_stages}" + (f"n{config.warps_n}" if config.warps_n > 1 else "")
     return f"{prefix}{config.dtype}-{head_dim}-{tiles}-{mask}"
 
 

@@ -46,9 +46,10 @@ def _variants(make_config, exact_only: bool, buckets: tuple[int, ...] = HEAD_DIM
     return configs
 
 
-def fwd_variants(exact_only: bool = False) -> list[FwdConfig]:
-    """The heuristic's config for every dtype x head-dim bucket x mask variant (x exact/padded head dim)."""
-    return _variants(fwd_config, exact_only)
+def fwd_variants(exact_only: bool = False, arch: str = "sm_80") -> list[FwdConfig]:
+    """The heuristic's config for every dtype x head-dim bucket x mask variant (x exact/padded head dim) on target
+    ``arch`` (its shared memory can change the pick)."""
+    return _variants(functools.partial(fwd_config, arch=arch), exact_only)
 
 
 def sm90_fwd_variants(exact_only: bool = False) -> list[Sm90FwdConfig]:
@@ -62,9 +63,9 @@ def sm90_bwd_variants(exact_only: bool = False) -> list[Sm90BwdConfig]:
 
 
 # Tile choices besides the heuristics' that the GPU tests run (tests/test_fwd.py), at head dim 96, bf16: sm80
-# (block_m, block_n, num_warps, num_stages), sm90 (block_m, block_n, num_stages).
+# (block_m, block_n, num_warps, num_stages[, warps_n]), sm90 (block_m, block_n, num_stages).
 ALTERNATIVE_TILES = {
-    "sm80": [(128, 64, 4, 2), (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1)],
+    "sm80": [(128, 64, 4, 2), (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1), (128, 64, 8, 1, 2), (64, 64, 4, 2, 2)],
     "sm90": [
         (64, 128, 2),
         (192, 128, 2),
@@ -76,8 +77,9 @@ ALTERNATIVE_TILES = {
     ],
 }
 """Tile configs besides the heuristic's picks that the tests build at head dim 96: sm80 (block_m, block_n,
-num_warps, num_stages), sm90 (block_m, block_n, num_stages[, "no turns": config.take_turns off; "fixed order":
-config.claim_tiles off, the snake order of a persistent grid or, under a mask with long walks, a block a tile])."""
+num_warps, num_stages[, warps_n]), sm90 (block_m, block_n, num_stages[, "no turns": config.take_turns off;
+"fixed order": config.claim_tiles off, the snake order of a persistent grid or, under a mask with long walks, a block
+a tile])."""
 
 
 def alternative_tile_config(kernel: str, tiles: tuple, window_left: int, window_right: int):
@@ -129,10 +131,10 @@ def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig | BwdPre
 # Kernel families for --only: what a GPU test of one kernel needs (the backward's tests also run the
 # preprocess and postprocess).
 FAMILIES = {
-    "sm80-fwd": lambda exact_only: [*fwd_variants(exact_only), *alternative_tile_variants("sm80")],
-    "sm80-bwd": bwd_variants,
-    "sm90-fwd": lambda exact_only: [*sm90_fwd_variants(exact_only), *alternative_tile_variants("sm90")],
-    "sm90-bwd": lambda exact_only: [*sm90_bwd_variants(exact_only), *bwd_prepost_variants(exact_only)],
+    "sm80-fwd": lambda exact_only, arch: [*fwd_variants(exact_only, arch), *alternative_tile_variants("sm80")],
+    "sm80-bwd": lambda exact_only, arch: bwd_variants(exact_only),
+    "sm90-fwd": lambda exact_only, arch: [*sm90_fwd_variants(exact_only), *alternative_tile_variants("sm90")],
+    "sm90-bwd": lambda exact_only, arch: [*sm90_bwd_variants(exact_only), *bwd_prepost_variants(exact_only)],
 }
 
 
@@ -162,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     families = args.only or [f for f in FAMILIES if args.arch == "sm_90a" or not f.startswith("sm90")]
-    configs = list(dict.fromkeys(config for family in families for config in FAMILIES[family](args.exact_only)))
+    configs = [config for family in families for config in FAMILIES[family](args.exact_only, args.arch)]
+    configs = list(dict.fromkeys(configs))
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         seconds = list(pool.map(_compile_one, configs, itertools.repeat(args.arch)))

@@ -44,15 +44,63 @@ def row_reduce(row: cute.Tensor, op, init: Float32, chains: int) -> Float32:
     return combine(parts[0], init)
 
 
+class SplitRows:
+    """Rows whose columns are split over ``warps_n`` warps side by side (an sm80 tiled MMA with warps_n > 1):
+    combine runs each of this thread's per-row values through shared memory and returns the max or the sum over
+    the warps that share the row.
+
+    ``sRows`` is a (warps_n, block_m) fp32 buffer, ``rows`` the tile row of each of the thread's fragment rows, the
+    warp at (warp_m, warp_n) in the tiled MMA's (warps_m, warps_n) grid. The warps of one row band meet at named
+    barrier 1 + warp_m (0 is the whole block's). One buffer serves every call: a caller must not call combine again
+    before each warp of the band has passed another barrier after this call's reads (the sm80 forward: the barrier
+    before P V, and for finalize's sums the last one of the main loop).
+    """
+
+    def __init__(self, sRows: cute.Tensor, rows: list, warp_m: Int32, warp_n: Int32, warps_n: int):
+        self.sRows = sRows
+        self.rows = rows
+        self.warp_m = warp_m
+        self.warp_n = warp_n
+        self.warps_n = warps_n
+
+    def barrier(self):
+        """The band's named barrier: its warps_n warps."""
+        cute.arch.barrier(barrier_id=1 + self.warp_m, number_of_threads=32 * self.warps_n)
+
+    @cute.jit
+    def combine(self, values: list, is_max: cutlass.Constexpr[bool]) -> list:
+        for r in cutlass.range_constexpr(len(values)):
+            self.sRows[self.warp_n, self.rows[r]] = values[r]  # the quad's four lanes write the same value
+        self.barrier()
+        combined = []
+        for r in cutlass.range_constexpr(len(values)):
+            total = values[r]
+            for w in cutlass.range_constexpr(1, self.warps_n):  # the other warps' values, in a fixed order a band
+                other = self.sRows[(self.warp_n + w) % self.warps_n, self.rows[r]]
+                total = cute.arch.fmax(total, other) if is_max else total + other
+            combined.append(total)
+        return combined
+
+
 class OnlineSoftmax:
     """Per-thread softmax state for the rows this thread's accumulator fragment holds.
 
     ``chains`` > 1 splits each row's max into independent chains (see row_reduce), ``sum_chains`` its sum (default:
     as many): the Hopper kernel has the registers for it; the sm80 kernel, at its register limit, keeps one chain.
+    ``split`` (SplitRows) when several warps hold parts of the same rows: their maxima are combined at every
+    update, their sums (each warp's l covers its own columns, all scaled by the same alpha) once, in finalize.
     """
 
-    def __init__(self, scale_log2: Float32, num_rows: int, chains: int = 1, sum_chains: int | None = None):
+    def __init__(
+        self,
+        scale_log2: Float32,
+        num_rows: int,
+        chains: int = 1,
+        sum_chains: int | None = None,
+        split: "SplitRows | None" = None,
+    ):
         self.scale_log2 = scale_log2
+        self.split = split
         self.chains = chains
         self.sum_chains = chains if sum_chains is None else sum_chains
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
@@ -69,20 +117,32 @@ class OnlineSoftmax:
         """Replace scores by E in place, update (m, l); return alpha per row for rescale_o."""
         s = acc_rows_cols(acc_S)
         row_scale = cute.make_rmem_tensor(self.row_max.shape, Float32)
-        for r in cutlass.range_constexpr(cute.size(self.row_max)):
-            row_max_prev = self.row_max[r]
-            row_max_cur = quad_reduce(
-                row_reduce(s[r, None], cute.ReductionOp.MAX, row_max_prev, self.chains), cute.arch.fmax
-            )
-            row_max_safe = Float32(0.0) if row_max_cur == -Float32.inf else row_max_cur
-            max_scaled = row_max_safe * self.scale_log2
-            exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
-            row_scale[r] = cute.math.exp2(row_max_prev * self.scale_log2 - max_scaled, fastmath=True)
-            s[r, None].store(exps)
-            row_sum_new = row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains)
-            self.row_sum[r] = row_scale[r] * self.row_sum[r] + row_sum_new
-            self.row_max[r] = row_max_cur
+        if cutlass.const_expr(self.split is None):
+            for r in cutlass.range_constexpr(cute.size(self.row_max)):
+                self.exp_row(s, row_scale, r, self.row_max_of(s, r))
+        else:  # every row's max first: the warps that share the rows trade them once, at one barrier
+            row_max_cur = self.split.combine([self.row_max_of(s, r) for r in range(cute.size(self.row_max))], True)
+            for r in cutlass.range_constexpr(cute.size(self.row_max)):
+                self.exp_row(s, row_scale, r, row_max_cur[r])
         return row_scale
+
+    @cute.jit
+    def row_max_of(self, s: cute.Tensor, r: int) -> Float32:
+        """max(m, the row's scores) over the quad's columns."""
+        return quad_reduce(row_reduce(s[r, None], cute.ReductionOp.MAX, self.row_max[r], self.chains), cute.arch.fmax)
+
+    @cute.jit
+    def exp_row(self, s: cute.Tensor, row_scale: cute.Tensor, r: int, row_max_cur: Float32):
+        """Row r of the update against its new max: E in place of the scores, alpha into row_scale, (m, l)."""
+        row_max_prev = self.row_max[r]
+        row_max_safe = Float32(0.0) if row_max_cur == -Float32.inf else row_max_cur
+        max_scaled = row_max_safe * self.scale_log2
+        exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
+        row_scale[r] = cute.math.exp2(row_max_prev * self.scale_log2 - max_scaled, fastmath=True)
+        s[r, None].store(exps)
+        row_sum_new = row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains)
+        self.row_sum[r] = row_scale[r] * self.row_sum[r] + row_sum_new
+        self.row_max[r] = row_max_cur
 
     @cute.jit
     def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
@@ -96,8 +156,13 @@ class OnlineSoftmax:
         """Step 7's statistics: (1 / l per row, LSE per row). A row with l = 0 saw no key: O = 0, LSE = -inf."""
         inv_sum = cute.make_rmem_tensor(self.row_sum.shape, Float32)
         lse = cute.make_rmem_tensor(self.row_sum.shape, Float32)
+        add = lambda a, b: a + b  # noqa: E731
+        split_sums = None
+        if cutlass.const_expr(self.split is not None):
+            quad_sums = [quad_reduce(self.row_sum[r], add) for r in range(cute.size(self.row_sum))]
+            split_sums = self.split.combine(quad_sums, False)
         for r in cutlass.range_constexpr(cute.size(self.row_sum)):
-            row_sum = quad_reduce(self.row_sum[r], lambda a, b: a + b)
+            row_sum = quad_reduce(self.row_sum[r], add) if self.split is None else split_sums[r]
             empty = row_sum == 0.0
             inv_sum[r] = Float32(0.0) if empty else cute.arch.rcp_approx(row_sum)
             log2_sum = cute.math.log2(row_sum, fastmath=True)

@@ -1,10 +1,6 @@
 """What every sm80-path kernel needs of its config: the checks its ``can_implement`` shares with the others."""
 
-from flashcute.config import DTYPES, HEAD_DIM_BUCKETS
-
-# Opt-in shared memory per thread block by target; sm_86 and sm_89 parts have the least.
-MAX_SMEM_BYTES = {"sm_80": 163 * 1024, "sm_87": 163 * 1024, "sm_90a": 227 * 1024}
-DEFAULT_MAX_SMEM_BYTES = 99 * 1024
+from flashcute.config import DEFAULT_MAX_SMEM_BYTES, DTYPES, HEAD_DIM_BUCKETS, MAX_SMEM_BYTES
 
 
 def _rows_per_copy(head_dim_padded: int, num_threads: int) -> int:
