@@ -95,13 +95,7 @@ _SM90_D256_CLAIMS = (
     "code around the K/V loops (claimed index, first tile, epilogue) and the producer warp's loop spill a few "
     "scalars: 8 bytes of stack, 3-10 spill instructions, none in the K/V step loops"
 )
-_D256_SPLIT = (
-    "128x64 tile, 8 warps in pairs that split rows, two K/V stages (sm_90a only: SPLIT_ROWS_NOTE): acc_O is 128 fp32 "
-    "registers a thread (32 rows x 128 columns of O a warp); bf16 under a causal-like mask spills 104-112 bytes "
-    "(the masked steps' limits beside the pair's row-statistics addresses), fp16 and the unmasked bf16 nothing"
-)
 KNOWN_SPILLS: dict[str, str] = {
-    **dict.fromkeys(["sm_90a-bfloat16-d256-128x64w8s2n2-right", "sm_90a-bfloat16-d256-128x64w8s2n2-both"], _D256_SPLIT),
     **dict.fromkeys(
         [
             f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}"
