@@ -202,8 +202,9 @@ def test_sm80_heuristic_fits_the_targets_shared_memory():
 def test_sm80_split_rows_limits():
     base = fwd_config(256, "bfloat16", arch="sm_90a")
     cases = {
-        (8, 3): "warps_n=3 is not 1, 2 or 4 dividing num_warps=8",
-        (6, 4): "warps_n=4 is not 1, 2 or 4 dividing num_warps=6",
+        (8, 3): "warps_n=3 is not 1 or 2 dividing num_warps=8",
+        (8, 4): "warps_n=4 is not 1 or 2 dividing num_warps=8",
+        (5, 2): "warps_n=2 is not 1 or 2 dividing num_warps=5",
     }
     for (num_warps, warps_n), message in cases.items():
         config = dataclasses.replace(base, num_warps=num_warps, warps_n=warps_n)

@@ -52,8 +52,8 @@ class FlashAttentionForwardSm80:
     @staticmethod
     def can_implement(config: FwdConfig, arch: str) -> str | None:
         """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
-        if config.warps_n not in (1, 2, 4) or config.num_warps % config.warps_n != 0:
-            return f"warps_n={config.warps_n} is not 1, 2 or 4 dividing num_warps={config.num_warps}"
+        if config.warps_n not in (1, 2) or config.num_warps % config.warps_n != 0:
+            return f"warps_n={config.warps_n} is not 1 or 2 dividing num_warps={config.num_warps}"
         if config.block_m % (16 * config.warps_m) != 0:
             return f"block_m={config.block_m} is not a multiple of 16 * warps_m = {16 * config.warps_m}"
         for name, size in (("block_n", config.block_n), ("head_dim_padded", config.head_dim_padded)):
