@@ -105,9 +105,11 @@ class FwdConfig:
 # rows; ncu (bf16, 4k, non-causal) put shared memory at 80 % of its peak (tensor pipe 53 %, SDPA flash's kernel 77 %).
 # Pairs of warps that split S's columns and O's head dim read half as much K and V each (P and the row maxima go
 # through shared memory): 65 % of the peak, tensor pipe 55 %. The pair are neighbouring warps, on different
-# schedulers: with the pair on one scheduler (warps w and w + 4) the split read 0.92-0.97 of (128,64,8,1) in one
-# process. At D=128 (4 warps of 32 rows, 2 thread blocks an SM) 8 split warps read 268 against 378 TFLOP/s.
-# D=32, 96 and 192 were not swept yet; they take their neighbours' shapes within the register and shared-memory
+# schedulers: with the pair on one scheduler (warps w and w + 4) the one-stage split read 0.94-1.00 of (128,64,8,1)
+# at D=256 and 0.92-0.97 at D=192 in one process. At D=128 (4 warps of 32 rows, 2 thread blocks an SM) 8 split
+# warps read 268-279 against 357-380 TFLOP/s; at D=192 two split stages were even with (128,64,8,1) (bf16, 4k/16k:
+# 328/338 | 288/338 against 329/339 | 292/342), so D=192 keeps it. Results: bench/results/2026-12-01-h200-s20.
+# D=32 and 96 were not swept yet; they take their neighbours' shapes within the register and shared-memory
 # budgets (acc_O holds block_m * D / threads fp32 values a thread, acc_S block_m * block_n / threads).
 # A bucket lists its choices best first; the heuristic takes the first that fits the target's shared memory.
 _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
