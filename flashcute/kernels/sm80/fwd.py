@@ -131,22 +131,15 @@ class FlashAttentionForwardSm80:
 
     def shared_storage(self, sQ_layout, sKV_layout, sP_layout, sRows_layout):
         """The thread block's shared memory: Q, K and V, and with split rows P and the row statistics."""
-
-        @cute.struct
-        class SharedStorage:
-            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
-
-        @cute.struct
-        class SharedStorageSplit:
-            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
-            sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
-            sRows: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sRows_layout)], 16]
-
-        return SharedStorageSplit if self.split else SharedStorage
+        fields = {
+            "sQ": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024],
+            "sK": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
+            "sV": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
+        }
+        if self.split:
+            fields["sP"] = cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
+            fields["sRows"] = cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sRows_layout)], 16]
+        return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     # ---------------------------------------------------------------- device side: the seven steps
     @cute.kernel
