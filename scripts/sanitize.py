@@ -113,7 +113,7 @@ def sanitize(tool: str, driver: list[str], log: Path) -> dict:
         "returncode": status,
         "errors": int(summary[-1]) if summary else None,
         "seconds": round(time.perf_counter() - start, 1),
-        "cases_run": text.count("\nran "),
+        "cases_run": sum(line.startswith("ran ") for line in text.splitlines()),
     }
 
 
