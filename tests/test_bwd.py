@@ -93,6 +93,15 @@ def test_packed_qkv_views(head_dim, kernel):
     check_grads(*qkv.unbind(dim=2), kernel=kernel, causal=True)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_heads_major_views(head_dim, kernel):
+    """(batch, nheads, seqlen, head_dim) leaves viewed as (batch, seqlen, nheads, head_dim), SDPA's layout; dO
+    (randn_like) is laid out the same way."""
+    q = randn(2, 4, 161, head_dim).transpose(1, 2)
+    k, v = (randn(2, 2, 203, head_dim).transpose(1, 2) for _ in "kv")
+    check_grads(q, k, v, kernel=kernel, causal=True)
+
+
 def test_broadcast_kv_and_dout(kernel):
     """K and V expanded over the batch (stride 0) inside the graph, and a broadcast dO: gradients flow back
     through the expand (summed over the batch) as through any other op."""

@@ -96,6 +96,15 @@ def test_packed_qkv_views(kernel):
     check(hq[:, :, 0::3], hq[:, :, 1::3], hq[:, :, 2::3], kernel)
 
 
+def test_heads_major_views(kernel):
+    """(batch, nheads, seqlen, head_dim) tensors, SDPA's layout, viewed as (batch, seqlen, nheads, head_dim): the
+    seqlen stride is one row, the head stride a whole sequence; k and v with other sequence lengths than q's."""
+    q = randn(2, 4, 211, 64).transpose(1, 2)
+    k, v = (randn(2, 2, 150, 64).transpose(1, 2) for _ in "kv")
+    check(q, k, v, kernel, causal=True)
+    check(q, k, v, kernel, window_size=(30, 30))
+
+
 def test_broadcast_kv_and_stride_zero_dims(kernel):
     """K and V shared by every batch element through expand (stride 0), and a size-1 dim with stride 0."""
     q = randn(3, 200, 4, 64)
