@@ -4,8 +4,10 @@
 #   bash scripts/gpu_suite.sh OUT_DIR [pytest args ...] [-- bench args ...]
 #
 # Writes under OUT_DIR: compile.log, pytest.log (+ junit.xml), bench.log and bench.tar.gz (results.json,
-# results.md, plots), then prints a short summary table last. Run it from the repository root, with CuTe DSL
-# importable (on the lent H200: `bash .gpu-wheels/install.sh b && source .gpu-wheels/env.sh` first).
+# results.md, plots), then prints a short summary table last. SKIP_BENCH=1 skips the benchmark; SANITIZE=1 also
+# runs scripts/sanitize.py (compute-sanitizer over every kind of kernel) into OUT_DIR/sanitize. Run it from the
+# repository root, with CuTe DSL importable (on the lent H200: `bash .gpu-wheels/install.sh b && source
+# .gpu-wheels/env.sh` first).
 set -uo pipefail
 out=${1:?usage: gpu_suite.sh OUT_DIR [pytest args] [-- bench args]}
 shift
@@ -28,6 +30,12 @@ python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/junit.xml" "${p
   | tee "$out/pytest.log" | tail -n 25
 test_rc=${PIPESTATUS[0]}
 
+sanitize_rc=0
+if [ "${SANITIZE:-0}" = 1 ]; then
+  python3 -P scripts/sanitize.py "$out/sanitize" > "$out/sanitize.log" 2>&1
+  sanitize_rc=$?
+fi
+
 bench_rc=0
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 -m flashcute.bench --out "$out/bench" "${bench_args[@]}" > "$out/bench.log" 2>&1
@@ -38,6 +46,7 @@ fi
 echo
 echo "== summary ($commit, $arch) =="
 grep -E "^(=+ )?[0-9]+ (passed|failed)|passed|failed|error" "$out/pytest.log" | tail -n 1
+[ "${SANITIZE:-0}" = 1 ] && tail -n 5 "$out/sanitize.log"
 [ "${SKIP_BENCH:-0}" != 1 ] && sed -n '/^|/p' "$out/bench.log" | head -n 40
-echo "tests rc=$test_rc bench rc=$bench_rc"
-exit $(( test_rc != 0 || bench_rc != 0 ))
+echo "tests rc=$test_rc sanitize rc=$sanitize_rc bench rc=$bench_rc"
+exit $(( test_rc != 0 || sanitize_rc != 0 || bench_rc != 0 ))
