@@ -26,6 +26,7 @@ whole Q tiles (+inf and 0 past seqlen_q, +inf where a row saw no key), so the re
 must not contribute. K/V rows past seqlen_k load as zeros and are masked, so no NaN reaches dQ.
 """
 
+import dataclasses
 from functools import partial
 from types import SimpleNamespace
 
@@ -268,18 +269,23 @@ class FlashAttentionBackwardSm90:
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
-        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_THREADS // 32)  # one arrive a warp
-        make_pipeline = partial(
-            pipeline.PipelineTmaAsync.create, producer_group=producer, consumer_group=consumers, defer_sync=True
+        make_pipeline = partial(pipeline.PipelineTmaAsync.create, producer_group=producer, defer_sync=True)
+        # Q's and dO's stages are released by every consumer thread, not by one lane a warp: each thread's own
+        # arrive orders its reads of the stage's LSE (D) row (plain shared-memory loads) before the producer's next
+        # bulk copy into it. K and V are never released.
+        every_thread = pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_THREADS)
+        tile_pipeline = partial(
+            make_pipeline, num_stages=self.num_stages, tx_count=self.tx_bytes_q, consumer_group=every_thread
         )
         pipes = SimpleNamespace(
-            kv=make_pipeline(num_stages=1, tx_count=self.tx_bytes_kv, barrier_storage=storage.mbar_kv.data_ptr()),
-            q=make_pipeline(
-                num_stages=self.num_stages, tx_count=self.tx_bytes_q, barrier_storage=storage.mbar_q.data_ptr()
+            kv=make_pipeline(
+                num_stages=1,
+                tx_count=self.tx_bytes_kv,
+                barrier_storage=storage.mbar_kv.data_ptr(),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_THREADS // 32),
             ),
-            do=make_pipeline(
-                num_stages=self.num_stages, tx_count=self.tx_bytes_q, barrier_storage=storage.mbar_do.data_ptr()
-            ),
+            q=dataclasses.replace(tile_pipeline(barrier_storage=storage.mbar_q.data_ptr()), is_signaling_thread=True),
+            do=dataclasses.replace(tile_pipeline(barrier_storage=storage.mbar_do.data_ptr()), is_signaling_thread=True),
         )
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
