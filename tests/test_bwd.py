@@ -10,7 +10,7 @@ import torch
 
 import flashcute
 from flashcute.reference import attention_ref, attention_same_precision
-from tests.helpers import random_gpu_cases
+from tests.helpers import check_against_spec, random_gpu_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -37,6 +37,11 @@ def check_grads(q, k, v, atol=1e-4, deterministic=False, kernel=None, **options)
     dout = torch.randn_like(q)
     run = {"deterministic": deterministic, "kernel": kernel}
     ours = grads(lambda *t: flashcute.flash_attn_func(*t, **run, **options), q, k, v, dout)
+    check_against_spec_grads(ours, q, k, v, dout, atol, **options)
+
+
+def check_against_spec_grads(ours, q, k, v, dout, atol=1e-4, **options):
+    """Gradients ``ours`` (dq, dk, dv) of attention(q, k, v) for dout, against float64 autograd through the spec."""
     base = grads(lambda *t: attention_same_precision(*t, **options), q, k, v, dout)
     spec = grads(lambda *t: attention_ref(*t, **options), *(t.double() for t in (q, k, v)), dout.double())
     for name, g, b, r in zip(("dq", "dk", "dv"), ours, base, spec, strict=True):
@@ -125,6 +130,23 @@ def test_long_sequences_many_tiles(mask, kernel):
     q = randn(1, 2111, 2, 128)
     k, v = (randn(1, 1900, 2, 128) for _ in "kv")
     check_grads(q, k, v, kernel=kernel, **mask)
+
+
+def test_tensors_past_2_31_elements(kernel):
+    """q, k, v (and dO, dQ, dK, dV) of more than 2**31 elements each: element offsets need 64 bits. Every batch
+    element's attention is independent, so the output and gradients of a few of them (at the start, the middle and
+    the end) are checked against the spec run on those alone."""
+    if torch.cuda.get_device_properties(0).total_memory < 64 * 2**30:
+        pytest.skip("needs about 50 GiB of GPU memory")
+    batch = 2**31 // (128 * 128) + 8
+    q, k, v = (randn(batch, 128, 1, 128).requires_grad_() for _ in "qkv")
+    dout = randn(batch, 128, 1, 128)
+    out = flashcute.flash_attn_func(q, k, v, causal=True, kernel=kernel)
+    out.backward(dout)
+    picked = torch.tensor([0, 1, batch // 2, batch - 1], device="cuda")
+    few = [t.detach()[picked] for t in (q, k, v)]
+    check_against_spec(out.detach()[picked], None, *few, causal=True)
+    check_against_spec_grads([t.grad[picked] for t in (q, k, v)], *few, dout[picked], causal=True)
 
 
 def test_rows_that_see_no_key_get_zero_gradients(kernel):
