@@ -1,7 +1,7 @@
 """Energy a forward call: sustained launch loops of each backend while nvidia-smi samples power and SM clock.
 
     python -P scripts/power_loop.py [--backends flashcute-sm90,fa4] [--headdim 128] [--seqlen 16384]
-        [--causal no] [--dtype fp16] [--seconds 3] [--repeats 2] [--out OUT.json]
+        [--causal no[,yes]] [--dtype fp16[,bf16]] [--seconds 3] [--repeats 2] [--out OUT.json]
 
 Why: at long sequences the H200 runs these kernels at its 700 W limit (nvidia-smi's throttle reason 0x4, software
 power cap, in every sample), so a kernel that needs fewer cycles a tile but the same energy runs at a lower clock
@@ -125,15 +125,19 @@ def main() -> None:
     parser.add_argument("--backends", default="flashcute-sm90,fa4")
     parser.add_argument("--headdim", default="128")
     parser.add_argument("--seqlen", default="16384")
-    parser.add_argument("--causal", default="no", help="which masks: no, yes or both")
-    parser.add_argument("--dtype", default="fp16", help="bf16, fp16 or both")
+    parser.add_argument("--causal", default="no", help="which masks, comma-separated: no, yes or no,yes")
+    parser.add_argument("--dtype", default="fp16", help="which dtypes, comma-separated: bf16, fp16 or bf16,fp16")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     from flashcute.bench.backends import select_backends
-    from flashcute.bench.grid import Shape
+    from flashcute.bench.grid import DTYPES, Shape
+
+    dtypes, masks = args.dtype.split(","), args.causal.split(",")
+    if unknown := [d for d in dtypes if d not in DTYPES] + [m for m in masks if m not in ("no", "yes")]:
+        parser.error(f"--dtype takes {', '.join(DTYPES)} and --causal no, yes (comma-separated); got {unknown}")
 
     backends, _ = select_backends(args.backends)
     for backend in backends:
@@ -141,9 +145,9 @@ def main() -> None:
             print(f"skipped {backend.name}: {reason}")
     backends = [backend for backend in backends if backend.available() is None]
     rows = []
-    for dtype in args.dtype.split(","):
+    for dtype in dtypes:
         for d in map(int, args.headdim.split(",")):
-            for causal in (c == "yes" for c in args.causal.split(",")):
+            for causal in (m == "yes" for m in masks):
                 for seqlen in map(int, args.seqlen.split(",")):
                     shape = Shape(dtype, d, causal, seqlen, 16384 // seqlen, 2048 // d)
                     rows += measure_point(backends, shape, args.seconds, args.repeats)

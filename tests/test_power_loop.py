@@ -32,6 +32,17 @@ def test_summary_drops_the_ramp_and_prices_a_pflop():
     assert summary["reasons"] == ["0x4"] and summary["samples"] == 8
 
 
+@pytest.mark.parametrize("option", [["--dtype", "both"], ["--causal", "both"], ["--dtype", "bf16,float32"]])
+def test_unknown_dtypes_and_masks_are_refused(option, monkeypatch, capsys):
+    """--dtype and --causal take comma-separated lists; a name outside them is an error, not a silent skip."""
+    power_loop = load_script("power_loop")
+    monkeypatch.setattr("sys.argv", ["power_loop.py", *option])
+    with pytest.raises(SystemExit) as exc:
+        power_loop.main()
+    assert exc.value.code == 2
+    assert "--dtype takes bf16, fp16 and --causal no, yes" in capsys.readouterr().err
+
+
 @pytest.mark.gpu
 def test_a_short_loop_reads_power_and_clock():
     from flashcute.bench.backends import registry
