@@ -22,7 +22,7 @@ import pytest
 
 from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, Sm90BwdConfig, Sm90FwdConfig, sm90_fwd_config
 from flashcute.kernels.build import ARCHS
-from flashcute.kernels.sass import AnyConfig, SassReport, inspect_variants, variant_label
+from flashcute.kernels.sass import AnyConfig, SassReport, _target_arch, inspect_variants, variant_label
 from flashcute.kernels.variants import (
     alternative_tile_variants,
     bwd_prepost_variants,
@@ -303,6 +303,20 @@ def test_no_register_spills_but_the_known_ones(reports, config: AnyConfig, arch:
 
 def test_known_spills_name_compiled_variants():
     assert set(KNOWN_SPILLS) <= set(IDS)
+
+
+@pytest.mark.parametrize(
+    ("disassembly", "arch"),
+    [
+        ('\t.target\tsm_90a\n\n\t.elftype\t@"ET_EXEC"\n', "sm_90a"),  # CUDA 13's ELF layout
+        ("\t.target\tsm_80\n", "sm_80"),
+        ('\t.headerflags\t@"EF_CUDA_64BIT_ADDRESS EF_CUDA_ACCELERATORS EF_CUDA_SM90"\n', "sm_90a"),  # CUDA 12's
+        ('\t.headerflags\t@"EF_CUDA_64BIT_ADDRESS EF_CUDA_SM80 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM80)"', "sm_80"),
+        ('\t.elftype\t@"ET_EXEC"\n', None),
+    ],
+)
+def test_target_arch_from_either_disassembly_layout(disassembly: str, arch: str | None):
+    assert _target_arch(disassembly) == arch
 
 
 CACHE_SCRIPT = """

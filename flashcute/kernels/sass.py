@@ -28,6 +28,7 @@ AnyConfig = FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | B
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
 _RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+)")
 _SM = re.compile(r"EF_CUDA_SM(\d+)\b")
+_TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)", re.MULTILINE)
 MASK_NAMES = {(False, False): "nomask", (True, False): "right", (False, True): "left", (True, True): "both"}
 
 
@@ -35,7 +36,7 @@ MASK_NAMES = {(False, False): "nomask", (True, False): "right", (False, True): "
 class SassReport:
     """One compiled kernel as the hardware sees it.
 
-    arch:        the target the cubin was built for, read from its ELF header flags ("sm_80", "sm_90a")
+    arch:        the target the cubin was built for, as its disassembly names it ("sm_80", "sm_90a")
     registers:   registers per thread (255 is the most a thread can have)
     stack_bytes: local-memory stack per thread; more than 0 means the kernel spills or keeps arrays in memory
     opcodes:     how many instructions of each opcode-with-modifiers, e.g. {"HMMA.16816.F32.BF16": 768, ...}
@@ -122,6 +123,18 @@ def _run(name: str, *args: str) -> str:
     return subprocess.run([str(tool(name)), *args], check=True, capture_output=True, text=True).stdout
 
 
+def _target_arch(sass: str) -> str | None:
+    """The target of a disassembled cubin ("sm_80", "sm_90a"): nvdisasm prints a ``.target`` line for the ELF
+    layout of CUDA 13 toolchains and the ELF header flags (``.headerflags``, EF_CUDA_SM90, EF_CUDA_ACCELERATORS
+    for the "a" targets) for the older layout of CUDA 12 ones."""
+    target = _TARGET.search(sass)
+    if target is not None:
+        return target.group(1)
+    header = next((line for line in sass.splitlines() if ".headerflags" in line), "")
+    sm = _SM.search(header)
+    return None if sm is None else f"sm_{sm.group(1)}{'a' if 'EF_CUDA_ACCELERATORS' in header else ''}"
+
+
 def inspect_cubin(cubin: Path) -> SassReport:
     """Disassemble a cubin holding one kernel and read its registers, stack and opcode counts."""
     sass = _run("nvdisasm", "-c", str(cubin))
@@ -130,11 +143,9 @@ def inspect_cubin(cubin: Path) -> SassReport:
     ]
     if len(usage) != 1:
         raise ValueError(f"{cubin} holds {len(usage)} kernels, expected one")
-    header = next((line for line in sass.splitlines() if ".headerflags" in line), "")
-    sm = _SM.search(header)
-    if sm is None:
-        raise ValueError(f"no EF_CUDA_SM flag in the header of {cubin}: {header!r}")
-    arch = f"sm_{sm.group(1)}{'a' if 'EF_CUDA_ACCELERATORS' in header else ''}"
+    arch = _target_arch(sass)
+    if arch is None:
+        raise ValueError(f"neither a .target line nor an EF_CUDA_SM flag in the disassembly of {cubin}")
     (registers, stack_bytes), opcodes = usage[0], Counter(_INSTRUCTION.findall(sass))
     return SassReport(arch=arch, registers=registers, stack_bytes=stack_bytes, opcodes=dict(opcodes))
 
