@@ -7,7 +7,8 @@ also the fp32 reductions that add dQ (RED on sm_80, REDG.E.ADD.F32x2 pairs on sm
 and the register hand-over between warpgroups (USETMAXREG), and no mma.sync or cp.async. The backward's
 preprocess and postprocess stream through registers: 128-bit global loads (LDG.E.128) and, where they write a
 tile (the zeroed dQaccum, dQ), 128-bit stores (STG.E.128); no MMA, no shared memory. Nothing may spill
-registers to local memory (STL/LDL) but the variants named in KNOWN_SPILLS, with the reason.
+registers to local memory (STL/LDL) but the variants named in KNOWN_SPILLS, with the reason (and in
+KNOWN_SPILLS_BY_TOOLKIT for the ptxas of the DSL's CUDA flavor in use: CUDA 13 in CI, as on the H200 host).
 The compiled kernel cache must also carry a kernel from one process to the next.
 """
 
@@ -22,7 +23,7 @@ import pytest
 
 from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, Sm90BwdConfig, Sm90FwdConfig, sm90_fwd_config
 from flashcute.kernels.build import ARCHS
-from flashcute.kernels.sass import AnyConfig, SassReport, _target_arch, inspect_variants, variant_label
+from flashcute.kernels.sass import AnyConfig, SassReport, _target_arch, dsl_toolkit, inspect_variants, variant_label
 from flashcute.kernels.variants import (
     alternative_tile_variants,
     bwd_prepost_variants,
@@ -114,8 +115,6 @@ KNOWN_SPILLS: dict[str, str] = {
     **dict.fromkeys(
         [
             "sm_80-bwd-bfloat16-d192-64x64w8-both",
-            "sm_80-bwd-bfloat16-d192-64x64w8-left",
-            "sm_80-bwd-bfloat16-d192-64x64w8-right",
             "sm_80-bwd-bfloat16-d256-64x64w8-left",
             "sm_80-bwd-float16-d128-64x128w8-nomask",
             "sm_80-bwd-float16-d256-64x64w8-both",
@@ -136,7 +135,6 @@ KNOWN_SPILLS: dict[str, str] = {
             "sm_90a-bwdnodq-bfloat16-d128-64x128w8-both",
             "sm_90a-bwdnodq-bfloat16-d128-64x128w8-nomask",
             "sm_90a-bwdnodq-bfloat16-d128-64x128w8-right",
-            "sm_90a-bwdnodq-float16-d128-64x128w8-both",
             "sm_90a-bwdnodq-float16-d128-64x128w8-nomask",
             "sm_90a-bwdnodq-float16-d128-64x128w8-right",
             "sm_90a-bwdnodq-float16-d96-64x128w8-both",
@@ -227,6 +225,31 @@ KNOWN_SPILLS: dict[str, str] = {
 }
 
 
+# ptxas comes with the DSL's CUDA flavor (sass.dsl_toolkit), and the two allocate registers a little differently:
+# these backward variants spill under one and not the other. CI and the H200 host compile with CUDA 13 (the test
+# extra installs nvidia-cutlass-dsl[cu13]); a CUDA 12 driver takes the cu12 flavor.
+KNOWN_SPILLS_BY_TOOLKIT: dict[int, dict[str, str]] = {
+    12: dict.fromkeys(
+        [
+            "sm_80-bwd-bfloat16-d192-64x64w8-left",
+            "sm_80-bwd-bfloat16-d192-64x64w8-right",
+            "sm_90a-bwdnodq-float16-d128-64x128w8-both",
+        ],
+        _BWD,
+    ),
+    13: dict.fromkeys(
+        [
+            "sm_80-bwd-bfloat16-d192-64x64w8-nomask",
+            "sm_80-bwdnodq-bfloat16-d96-64x128w8-nomask",
+            "sm_80-bwdnodq-float16-d96-64x128w8-both",
+            "sm_90a-bwdnodq-bfloat16-d96-64x128w8-nomask",
+            "sm_90a-bwdnodq-float16-d96-64x128w8-nomask",
+        ],
+        _BWD,
+    ),
+}
+
+
 @pytest.fixture(scope="session")
 def reports(request, tmp_path_factory) -> dict[str, SassReport | Exception]:
     """Every variant that a selected test reads compiled once (all of them in a full run; `-k` narrows it), two at
@@ -293,7 +316,7 @@ def test_no_register_spills_but_the_known_ones(reports, config: AnyConfig, arch:
     variant_id = f"{arch}-{variant_label(config)}"
     report = report_of(reports, variant_id)
     found = f"{report.registers} registers, {report.stack_bytes} bytes of stack, {report.count('STL')} STL"
-    if variant_id in KNOWN_SPILLS:
+    if variant_id in KNOWN_SPILLS or variant_id in KNOWN_SPILLS_BY_TOOLKIT[dsl_toolkit()]:
         assert report.spills > 0, f"{variant_id} no longer spills ({found}): remove it from KNOWN_SPILLS"
     else:
         assert report.spills == 0 and report.stack_bytes == 0, (
@@ -303,6 +326,8 @@ def test_no_register_spills_but_the_known_ones(reports, config: AnyConfig, arch:
 
 def test_known_spills_name_compiled_variants():
     assert set(KNOWN_SPILLS) <= set(IDS)
+    for toolkit, names in KNOWN_SPILLS_BY_TOOLKIT.items():
+        assert set(names) <= set(IDS) - set(KNOWN_SPILLS), toolkit
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import multiprocessing
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -121,6 +122,19 @@ def tool(name: str) -> Path:
 
 def _run(name: str, *args: str) -> str:
     return subprocess.run([str(tool(name)), *args], check=True, capture_output=True, text=True).stdout
+
+
+def dsl_toolkit() -> int:
+    """The CUDA major version (12, 13) of the DSL's compiler flavor in use. With both flavors installed
+    (nvidia-cutlass-dsl[cu13]) the DSL takes the newest the driver supports, the newest without a driver; ptxas
+    comes with the flavor, and its SASS differs in detail between them (register allocation, spills, schedule)."""
+    import cutlass  # noqa: F401 (loads the flavor)
+
+    library = sys.modules["cutlass._mlir._mlir_libs._cutlass_ir"].__file__
+    found = re.search(r"_cutlass_ir\.cu(\d+)\.", Path(library).name)
+    if found is None:
+        raise RuntimeError(f"cannot tell the CUDA flavor of the CuTe DSL from {library}")
+    return int(found.group(1))
 
 
 def _target_arch(sass: str) -> str | None:
