@@ -100,7 +100,8 @@ class FwdConfig:
 #     -> (128,64,8,2,2) where the target's shared memory holds it (209 KB: sm_90), else (128,64,8,1)
 #   In one process against (128,64,8,1) (scripts/ab_inprocess.py --kernel sm80 --rounds 5, 60de4f3 against 80fc677),
 #   new/old at 4k/16k: bf16 1.040/1.023 | causal 0.986/0.987, fp16 1.056/1.031 | causal 1.048/1.041; bf16 under a
-#   right-side mask spills (KNOWN_SPILLS in tests/test_compile.py) and keeps (128,64,8,1) (_SM80_BF16_MASKED).
+#   right-side mask spills (KNOWN_SPILLS in tests/test_compile.py) and kept (128,64,8,1) until stop 23's re-timing
+#   below replaced both on sm_90 by (128,128,8,1).
 # SPLIT_ROWS_NOTE: at D=256 every warp of the (128,64,8,1) tile reads all of K and V through ldmatrix for its 16
 # rows; ncu (bf16, 4k, non-causal) put shared memory at 80 % of its peak (tensor pipe 53 %, SDPA flash's kernel 77 %).
 # Pairs of warps that split S's columns and O's head dim read half as much K and V each (P and the row maxima go
@@ -116,7 +117,17 @@ class FwdConfig:
 #     (128,128,4,2) 332/339 | 306/330, 337/342 | 315/329   (128,128,8,1) 291/301 | 269/297, 291/302 | 269/300
 #     (128,64,8,2,2) 214/218 | 201/221, 198/203 | 188/206   (64,64,4,1) 288/293 | 270/285, 290/298 | 273/291
 #     -> (128,128,4,2): ahead at 8 of 8 (+0.6 % to +5.2 %), although it spills (KNOWN_SPILLS)
-# D=32 and 96 were not swept yet; they take their neighbours' shapes within the register and shared-memory
+#   D=256 and D=96 again with the balanced round order (scripts/tune.py --kernel sm80 --rounds 4, other candidates,
+#   on a9204d6's kernels; fp16 then bf16, non-causal 4k/16k | causal 4k/16k; bench/results/2026-12-01-h200-s23/lease7):
+#     D=256 (128,64,8,2,2) 348/352 | 303/347, 348/355 | 294/349   (128,64,8,1) 338/343 | 296/343, 339/349 | 298/352
+#           (128,128,8,1) 352/365 | 314/361, 358/370 | 311/366   (128,96,8,1,2) 340/355 | 294/340, 354/365 | 305/353
+#           (128,32,8,2,2) 260/266 | 226/267, 278/285 | 245/289
+#           -> (128,128,8,1) where the target's shared memory holds it (192 KB: sm_90), ahead at 8 of 8 points
+#           (+1.0 % to +4.3 %) although it spills (KNOWN_SPILLS); sm_80 keeps (128,64,8,1)
+#     D=96  (128,64,4,1) 341/346 | 317/332, 345/347 | 328/345   (128,64,4,2) 339/343 | 311/324, 357/362 | 317/341
+#           (128,32,4,1) 315/320 | 299/314, 311/304 | 297/316   (128,32,4,2) 323/330 | 299/314, 308/310 | 285/307
+#           (128,128,4,2) 257/265 | 244/260, 259/271 | 243/268   -> (128,64,4,1) stays (ahead at 6 of 8)
+# D=32 was not swept yet; it takes its neighbours' shapes within the register and shared-memory
 # budgets (acc_O holds block_m * D / threads fp32 values a thread, acc_S block_m * block_n / threads).
 # A bucket lists its choices best first; the heuristic takes the first that fits the target's shared memory.
 _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
@@ -125,10 +136,8 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
     96: ((128, 64, 4, 1),),
     128: ((128, 64, 4, 2),),
     192: ((128, 64, 8, 1),),
-    256: ((128, 64, 8, 2, 2), (128, 64, 8, 1)),
+    256: ((128, 128, 8, 1), (128, 64, 8, 1)),
 }
-# Buckets whose bf16 kernel under a causal-like (right-side) mask takes other choices than _SM80_TILES.
-_SM80_BF16_MASKED: dict[int, tuple[tuple[int, ...], ...]] = {256: ((128, 64, 8, 1),)}
 
 
 @functools.cache
@@ -150,10 +159,7 @@ def fwd_config(
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = causal or window_right >= 0, window_left >= 0
     smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
-    choices = _SM80_TILES[bucket]
-    if dtype == "bfloat16" and mask_right:
-        choices = _SM80_BF16_MASKED.get(bucket, choices)
-    for choice in (tiles,) if tiles is not None else choices:
+    for choice in (tiles,) if tiles is not None else _SM80_TILES[bucket]:
         block_m, block_n, num_warps, num_stages, *split = choice
         config = FwdConfig(
             dtype=dtype,

@@ -185,22 +185,22 @@ def test_sm90_bwd_refuses_other_targets_and_bad_tiles():
 
 
 def test_sm80_heuristic_fits_the_targets_shared_memory():
-    """D=256 takes split rows on two K/V stages where sm_90's shared memory holds them (SPLIT_ROWS_NOTE), and the
-    one-stage tile on sm_80; every pick fits its target."""
-    hopper, ampere = fwd_config(256, "bfloat16", arch="sm_90a"), fwd_config(256, "bfloat16", arch="sm_80")
-    assert (hopper.num_stages, hopper.warps_n) == (2, 2)
-    assert hopper.smem_bytes() > MAX_SMEM_BYTES["sm_80"]
-    assert (ampere.num_stages, ampere.warps_n) == (1, 1)
-    # bf16 under a right-side mask keeps the one-stage tile (the split step spills there)
-    assert fwd_config(256, "bfloat16", causal=True, arch="sm_90a").warps_n == 1
-    assert fwd_config(256, "float16", causal=True, arch="sm_90a").warps_n == 2
+    """D=256 takes 128-key tiles where sm_90's shared memory holds them (config.py, stop 23's re-timing), and the
+    64-key one-stage tile on sm_80, in both dtypes and under every mask; every pick fits its target."""
+    for dtype in ("bfloat16", "float16"):
+        for causal in (False, True):
+            hopper = fwd_config(256, dtype, causal=causal, arch="sm_90a")
+            ampere = fwd_config(256, dtype, causal=causal, arch="sm_80")
+            assert (hopper.block_n, hopper.num_stages, hopper.warps_n) == (128, 1, 1)
+            assert hopper.smem_bytes() > MAX_SMEM_BYTES["sm_80"]
+            assert (ampere.block_n, ampere.num_stages, ampere.warps_n) == (64, 1, 1)
     for arch in ("sm_80", "sm_90a"):
         for config in fwd_variants(arch=arch):
             assert FlashAttentionForwardSm80.can_implement(config, arch) is None, (config, arch)
 
 
 def test_sm80_split_rows_limits():
-    base = fwd_config(256, "bfloat16", arch="sm_90a")
+    base = fwd_config(256, "bfloat16", arch="sm_90a", tiles=(128, 64, 8, 2, 2))
     cases = {
         (8, 3): "warps_n=3 is not 1 or 2 dividing num_warps=8",
         (8, 4): "warps_n=4 is not 1 or 2 dividing num_warps=8",
