@@ -42,6 +42,9 @@ class FwdConfig:
                       and whole rows of S and O); 2 lets a pair of warps share rows, each taking half of S's
                       columns and half of O's head dim (half the K and V bytes a warp reads from shared memory;
                       the pair trades row maxima and P through shared memory: SPLIT_ROWS_NOTE)
+    rescale_threshold: None rescales U at every K/V tile; t >= 0 keeps a row's running max until it grows by more
+                      than t (exp2 units) and skips U's rescale in warps where no row's max moved (softmax.py,
+                      lazy rescaling)
     """
 
     dtype: str
@@ -54,6 +57,7 @@ class FwdConfig:
     mask_right: bool
     mask_left: bool
     warps_n: int = 1
+    rescale_threshold: float | None = None
 
     @property
     def num_threads(self) -> int:
@@ -140,6 +144,11 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 }
 
 
+# Lazy rescaling (FwdConfig.rescale_threshold, softmax.py): a row's running max moves only when it grows by more
+# than 8 in exp2's units (each E at most 256, far inside fp16 and bf16), FlashAttention-4's threshold on Blackwell.
+RESCALE_THRESHOLD: float | None = 8.0
+
+
 @functools.cache
 def fwd_config(
     head_dim: int,
@@ -149,12 +158,13 @@ def fwd_config(
     window_right: int = -1,
     tiles: tuple[int, ...] | None = None,
     arch: str = "sm_80",
+    rescale_threshold: float | str | None = "auto",
 ) -> FwdConfig:
     """The heuristic: pick the sm80 forward configuration for a problem on target ``arch``.
 
     causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps, num_stages[,
     warps_n]) choice; the tuning sweep uses it. Without it, the bucket's first choice that fits the target's shared
-    memory.
+    memory. ``rescale_threshold`` overrides RESCALE_THRESHOLD ("auto").
     """
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = causal or window_right >= 0, window_left >= 0
@@ -172,6 +182,7 @@ def fwd_config(
             mask_right=mask_right,
             mask_left=mask_left,
             warps_n=split[0] if split else 1,
+            rescale_threshold=RESCALE_THRESHOLD if rescale_threshold == "auto" else rescale_threshold,
         )
         if tiles is not None or config.smem_bytes() <= smem_limit:
             break
@@ -218,6 +229,8 @@ class Sm90FwdConfig:
     k_descriptors: str = "64bit"
     """How a step's K descriptors are computed from the stage index: "64bit", "32bit" or "uniform"
     (wgmma.stage_steps says what each costs in SASS); the heuristic's choice is K_DESCRIPTORS_NOTE's."""
+    rescale_threshold: float | None = None
+    """Lazy rescaling of U, as in FwdConfig."""
     trace_tiles: bool = False
     """True: every tile's SM, clock cycles and nanoseconds are recorded after the tile counter (a measuring aid:
     kernels/common/trace.py, scripts/tile_cycles.py; needs claim_tiles, whose tensor holds them)."""
@@ -364,13 +377,14 @@ def sm90_fwd_config(
     take_turns: bool | None = None,
     step_order: tuple[int, bool, bool] | None = None,
     k_descriptors: str | None = None,
+    rescale_threshold: float | str | None = "auto",
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
     the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), ``claim_tiles`` the
     claimed tiles (CLAIM_TILES_NOTE), and ``step_order`` (sum_chains, turn_before_k, pass_turn_after_qk)
     the order of a step's work (STEP_ORDER_NOTE), ``k_descriptors`` how K's descriptors are computed
-    (K_DESCRIPTORS_NOTE)."""
+    (K_DESCRIPTORS_NOTE), ``rescale_threshold`` RESCALE_THRESHOLD ("auto")."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
@@ -393,6 +407,7 @@ def sm90_fwd_config(
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,
         k_descriptors=k_descriptors or _k_descriptors(bucket, dtype),
+        rescale_threshold=RESCALE_THRESHOLD if rescale_threshold == "auto" else rescale_threshold,
     )
 
 

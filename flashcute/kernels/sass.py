@@ -21,7 +21,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
+from flashcute.config import (
+    RESCALE_THRESHOLD,
+    BwdConfig,
+    BwdPostConfig,
+    BwdPreConfig,
+    DQConfig,
+    FwdConfig,
+    Sm90BwdConfig,
+    Sm90FwdConfig,
+)
 
 AnyConfig = FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig
 
@@ -88,7 +97,7 @@ def variant_label(config: AnyConfig) -> str:
         order = "" if config.claim_tiles else "-fixed"
         traced = "-traced" if config.trace_tiles else ""
         tiles = f"{config.block_m}x{config.block_n}s{config.num_stages}"
-        return f"sm90-{config.dtype}-{head_dim}-{tiles}{early}{turns}{order}{traced}-{mask}"
+        return f"sm90-{config.dtype}-{head_dim}-{tiles}{early}{turns}{order}{traced}{_lazy(config)}-{mask}"
     if isinstance(config, Sm90BwdConfig):
         return f"sm90bwd-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}-{mask}"
     tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}"
@@ -98,8 +107,16 @@ def variant_label(config: AnyConfig) -> str:
     elif isinstance(config, DQConfig):
         prefix = "dq-"
     else:
-        tiles += f"s{config.num_stages}" + (f"n{config.warps_n}" if config.warps_n > 1 else "")
+        tiles += f"s{config.num_stages}" + (f"n{config.warps_n}" if config.warps_n > 1 else "") + _lazy(config)
     return f"{prefix}{config.dtype}-{head_dim}-{tiles}-{mask}"
+
+
+def _lazy(config: FwdConfig | Sm90FwdConfig) -> str:
+    """The label's note of a forward config's rescale_threshold where it is not the heuristic's RESCALE_THRESHOLD:
+    "-eager" (U rescaled at every tile) or "-lazy<t>"."""
+    if config.rescale_threshold == RESCALE_THRESHOLD:
+        return ""
+    return "-eager" if config.rescale_threshold is None else f"-lazy{config.rescale_threshold:g}"
 
 
 def tool(name: str) -> Path:
