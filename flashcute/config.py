@@ -144,9 +144,23 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 }
 
 
-# Lazy rescaling (FwdConfig.rescale_threshold, softmax.py): a row's running max moves only when it grows by more
-# than 8 in exp2's units (each E at most 256, far inside fp16 and bf16), FlashAttention-4's threshold on Blackwell.
-RESCALE_THRESHOLD: float | None = 8.0
+# LAZY_RESCALE_NOTE: lazy rescaling (FwdConfig.rescale_threshold, softmax.py): a row's running max moves only when
+# it grows by more than 8 in exp2's units (each E at most 256, far inside fp16 and bf16; FlashAttention-4's threshold
+# on Blackwell), and a warp skips U's rescale when none of its rows moved. In one process against main (branch
+# lazy-rescale, 4fda899, every kernel lazy; scripts/ab_inprocess.py --rounds 5, TFLOP/s new/base; bench/results/
+# 2026-12-01-h200-s24, lease1 and lease2), non-causal 4k/16k | causal 4k/16k:
+#   sm80 bf16 D=128 1.013/1.012 | 1.036/1.014   fp16 D=128 0.948/0.939 | 0.996/0.973
+#        D=64 and D=256, both dtypes: 0.977-1.033, geometric mean 0.997
+#   Hopper forward, every head dim, dtype and mask at 1k/4k/16k: 0.870-1.027, geometric mean 0.972 (the vote and
+#        the branch cost more than the 64 multiplies a step they save)
+# so only the sm80 bf16 D=128 kernel rescales lazily.
+LAZY_RESCALE_THRESHOLD = 8.0
+_SM80_LAZY_RESCALE = frozenset({("bfloat16", 128)})
+
+
+def _sm80_rescale_threshold(dtype: str, bucket: int) -> float | None:
+    """FwdConfig.rescale_threshold for the sm80 forward: LAZY_RESCALE_NOTE."""
+    return LAZY_RESCALE_THRESHOLD if (dtype, bucket) in _SM80_LAZY_RESCALE else None
 
 
 @functools.cache
@@ -164,7 +178,7 @@ def fwd_config(
 
     causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps, num_stages[,
     warps_n]) choice; the tuning sweep uses it. Without it, the bucket's first choice that fits the target's shared
-    memory. ``rescale_threshold`` overrides RESCALE_THRESHOLD ("auto").
+    memory. ``rescale_threshold`` overrides the choice of LAZY_RESCALE_NOTE ("auto").
     """
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = causal or window_right >= 0, window_left >= 0
@@ -182,7 +196,9 @@ def fwd_config(
             mask_right=mask_right,
             mask_left=mask_left,
             warps_n=split[0] if split else 1,
-            rescale_threshold=RESCALE_THRESHOLD if rescale_threshold == "auto" else rescale_threshold,
+            rescale_threshold=_sm80_rescale_threshold(dtype, bucket)
+            if rescale_threshold == "auto"
+            else rescale_threshold,
         )
         if tiles is not None or config.smem_bytes() <= smem_limit:
             break
@@ -377,14 +393,14 @@ def sm90_fwd_config(
     take_turns: bool | None = None,
     step_order: tuple[int, bool, bool] | None = None,
     k_descriptors: str | None = None,
-    rescale_threshold: float | str | None = "auto",
+    rescale_threshold: float | None = None,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
     the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), ``claim_tiles`` the
     claimed tiles (CLAIM_TILES_NOTE), and ``step_order`` (sum_chains, turn_before_k, pass_turn_after_qk)
     the order of a step's work (STEP_ORDER_NOTE), ``k_descriptors`` how K's descriptors are computed
-    (K_DESCRIPTORS_NOTE), ``rescale_threshold`` RESCALE_THRESHOLD ("auto")."""
+    (K_DESCRIPTORS_NOTE), ``rescale_threshold`` lazy rescaling (not the heuristic's: LAZY_RESCALE_NOTE)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
@@ -407,7 +423,7 @@ def sm90_fwd_config(
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,
         k_descriptors=k_descriptors or _k_descriptors(bucket, dtype),
-        rescale_threshold=RESCALE_THRESHOLD if rescale_threshold == "auto" else rescale_threshold,
+        rescale_threshold=rescale_threshold,
     )
 
 

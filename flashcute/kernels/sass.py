@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashcute.config import (
-    RESCALE_THRESHOLD,
     BwdConfig,
     BwdPostConfig,
     BwdPreConfig,
@@ -112,11 +111,8 @@ def variant_label(config: AnyConfig) -> str:
 
 
 def _lazy(config: FwdConfig | Sm90FwdConfig) -> str:
-    """The label's note of a forward config's rescale_threshold where it is not the heuristic's RESCALE_THRESHOLD:
-    "-eager" (U rescaled at every tile) or "-lazy<t>"."""
-    if config.rescale_threshold == RESCALE_THRESHOLD:
-        return ""
-    return "-eager" if config.rescale_threshold is None else f"-lazy{config.rescale_threshold:g}"
+    """ "-lazy<t>" for a forward config that rescales lazily (rescale_threshold t), else nothing."""
+    return "" if config.rescale_threshold is None else f"-lazy{config.rescale_threshold:g}"
 
 
 def tool(name: str) -> Path:
