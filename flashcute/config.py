@@ -151,9 +151,13 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 # 2026-12-01-h200-s24, lease1 and lease2), non-causal 4k/16k | causal 4k/16k:
 #   sm80 bf16 D=128 1.013/1.012 | 1.036/1.014   fp16 D=128 0.948/0.939 | 0.996/0.973
 #        D=64 and D=256, both dtypes: 0.977-1.033, geometric mean 0.997
-#   Hopper forward, every head dim, dtype and mask at 1k/4k/16k: 0.870-1.027, geometric mean 0.972 (the vote and
-#        the branch cost more than the 64 multiplies a step they save)
-# so only the sm80 bf16 D=128 kernel rescales lazily.
+#   Hopper forward (then Sm90FwdConfig had the same knob), every head dim, dtype and mask at 1k/4k/16k:
+#        0.870-1.027, geometric mean 0.972 (the vote and the branch cost more than the 64 multiplies a step save)
+# and D=128 tiles x eager/lazy on their own (.../scripts/tune_lazy.py --rounds 4, lease3; TFLOP/s, e eager, l lazy):
+#   bf16 (128,64,4,2) e 365/363 | 333/341  l 377/377 | 335/356   (128,64,4,1) e 371/375 | 335/356  l 368/374 | 336/349
+#   fp16 (128,64,4,2) e 368/370 | 338/356  l 359/361 | 330/350   (128,64,4,1) e 366/372 | 328/350  l 360/366 | 323/343
+#   ((128,48,4,2) lazy: 359-373, causal 316-338)
+# so only the sm80 bf16 D=128 kernel rescales lazily (on its (128,64,4,2) tile); the Hopper kernel always rescales.
 LAZY_RESCALE_THRESHOLD = 8.0
 _SM80_LAZY_RESCALE = frozenset({("bfloat16", 128)})
 
@@ -245,8 +249,6 @@ class Sm90FwdConfig:
     k_descriptors: str = "64bit"
     """How a step's K descriptors are computed from the stage index: "64bit", "32bit" or "uniform"
     (wgmma.stage_steps says what each costs in SASS); the heuristic's choice is K_DESCRIPTORS_NOTE's."""
-    rescale_threshold: float | None = None
-    """Lazy rescaling of U, as in FwdConfig."""
     trace_tiles: bool = False
     """True: every tile's SM, clock cycles and nanoseconds are recorded after the tile counter (a measuring aid:
     kernels/common/trace.py, scripts/tile_cycles.py; needs claim_tiles, whose tensor holds them)."""
@@ -393,14 +395,13 @@ def sm90_fwd_config(
     take_turns: bool | None = None,
     step_order: tuple[int, bool, bool] | None = None,
     k_descriptors: str | None = None,
-    rescale_threshold: float | None = None,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
     the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), ``claim_tiles`` the
     claimed tiles (CLAIM_TILES_NOTE), and ``step_order`` (sum_chains, turn_before_k, pass_turn_after_qk)
     the order of a step's work (STEP_ORDER_NOTE), ``k_descriptors`` how K's descriptors are computed
-    (K_DESCRIPTORS_NOTE), ``rescale_threshold`` lazy rescaling (not the heuristic's: LAZY_RESCALE_NOTE)."""
+    (K_DESCRIPTORS_NOTE)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
@@ -423,7 +424,6 @@ def sm90_fwd_config(
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,
         k_descriptors=k_descriptors or _k_descriptors(bucket, dtype),
-        rescale_threshold=rescale_threshold,
     )
 
 

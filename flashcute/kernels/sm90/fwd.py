@@ -571,11 +571,7 @@ class FlashAttentionForwardSm90:
         tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_shape_A((64, self.block_n)))
         acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, d)))
         softmax = OnlineSoftmax(
-            scale_log2,
-            cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]),
-            4,
-            self.config.sum_chains,
-            rescale_threshold=self.config.rescale_threshold,
+            scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]), 4, self.config.sum_chains
         )
         mask = AttentionMask(tiles.tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
         mma = SimpleNamespace(
@@ -695,7 +691,7 @@ class FlashAttentionForwardSm90:
                 state = step(state, first - i, masked)
         # The last tile's P V.
         if cutlass.const_expr(self.config.rescale_o_early):
-            softmax.rescale_o_lazily(mma.acc_O, mma.row_scale)
+            softmax.rescale_o(mma.acc_O, mma.row_scale)
         pipes.v.consumer_wait(state)
         gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, state.index], False, 0)
         pipes.v.consumer_release(state)
@@ -754,7 +750,7 @@ class FlashAttentionForwardSm90:
             self.take_turn(wg)
         gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, self.key_steps(mma.tSrK, state.index), True, -1)
         if cutlass.const_expr(self.config.rescale_o_early):
-            softmax.rescale_o_lazily(mma.acc_O, mma.row_scale)  # the previous tile's alpha, while Q K^T runs
+            softmax.rescale_o(mma.acc_O, mma.row_scale)  # the previous tile's alpha, while Q K^T runs
         if cutlass.const_expr(self.config.pass_turn_after_qk):
             self.pass_turn(wg)
         pipes.v.consumer_wait(v_state)
@@ -772,7 +768,7 @@ class FlashAttentionForwardSm90:
         if cutlass.const_expr(self.config.rescale_o_early):
             mma.row_scale.store(row_scale.load())
         else:
-            softmax.rescale_o_lazily(mma.acc_O, row_scale)
+            softmax.rescale_o(mma.acc_O, row_scale)
         return state
 
     def key_steps(self, tSrK: cute.Tensor, stage: Int32) -> list[cute.Tensor]:
