@@ -42,6 +42,9 @@ class FwdConfig:
                       and whole rows of S and O); 2 lets a pair of warps share rows, each taking half of S's
                       columns and half of O's head dim (half the K and V bytes a warp reads from shared memory;
                       the pair trades row maxima and P through shared memory: SPLIT_ROWS_NOTE)
+    rescale_threshold: None rescales U at every K/V tile; t >= 0 keeps a row's running max until it grows by more
+                      than t (exp2 units) and skips U's rescale in warps where no row's max moved (softmax.py,
+                      lazy rescaling)
     """
 
     dtype: str
@@ -54,6 +57,7 @@ class FwdConfig:
     mask_right: bool
     mask_left: bool
     warps_n: int = 1
+    rescale_threshold: float | None = None
 
     @property
     def num_threads(self) -> int:
@@ -140,6 +144,29 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 }
 
 
+# LAZY_RESCALE_NOTE: lazy rescaling (FwdConfig.rescale_threshold, softmax.py): a row's running max moves only when
+# it grows by more than 8 in exp2's units (each E at most 256, far inside fp16 and bf16; FlashAttention-4's threshold
+# on Blackwell), and a warp skips U's rescale when none of its rows moved. In one process against main (branch
+# lazy-rescale, 4fda899, every kernel lazy; scripts/ab_inprocess.py --rounds 5, TFLOP/s new/base; bench/results/
+# 2026-12-01-h200-s24, lease1 and lease2), non-causal 4k/16k | causal 4k/16k:
+#   sm80 bf16 D=128 1.013/1.012 | 1.036/1.014   fp16 D=128 0.948/0.939 | 0.996/0.973
+#        D=64 and D=256, both dtypes: 0.977-1.033, geometric mean 0.997
+#   Hopper forward (then Sm90FwdConfig had the same knob), every head dim, dtype and mask at 1k/4k/16k:
+#        0.870-1.027, geometric mean 0.972 (the vote and the branch cost more than the 64 multiplies a step save)
+# and D=128 tiles x eager/lazy on their own (.../scripts/tune_lazy.py --rounds 4, lease3; TFLOP/s, e eager, l lazy):
+#   bf16 (128,64,4,2) e 365/363 | 333/341  l 377/377 | 335/356   (128,64,4,1) e 371/375 | 335/356  l 368/374 | 336/349
+#   fp16 (128,64,4,2) e 368/370 | 338/356  l 359/361 | 330/350   (128,64,4,1) e 366/372 | 328/350  l 360/366 | 323/343
+#   ((128,48,4,2) lazy: 359-373, causal 316-338)
+# so only the sm80 bf16 D=128 kernel rescales lazily (on its (128,64,4,2) tile); the Hopper kernel always rescales.
+LAZY_RESCALE_THRESHOLD = 8.0
+_SM80_LAZY_RESCALE = frozenset({("bfloat16", 128)})
+
+
+def _sm80_rescale_threshold(dtype: str, bucket: int) -> float | None:
+    """FwdConfig.rescale_threshold for the sm80 forward: LAZY_RESCALE_NOTE."""
+    return LAZY_RESCALE_THRESHOLD if (dtype, bucket) in _SM80_LAZY_RESCALE else None
+
+
 @functools.cache
 def fwd_config(
     head_dim: int,
@@ -149,12 +176,13 @@ def fwd_config(
     window_right: int = -1,
     tiles: tuple[int, ...] | None = None,
     arch: str = "sm_80",
+    rescale_threshold: float | str | None = "auto",
 ) -> FwdConfig:
     """The heuristic: pick the sm80 forward configuration for a problem on target ``arch``.
 
     causal=True is the same as window_right=0. ``tiles`` overrides the (block_m, block_n, num_warps, num_stages[,
     warps_n]) choice; the tuning sweep uses it. Without it, the bucket's first choice that fits the target's shared
-    memory.
+    memory. ``rescale_threshold`` overrides the choice of LAZY_RESCALE_NOTE ("auto").
     """
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = causal or window_right >= 0, window_left >= 0
@@ -172,6 +200,9 @@ def fwd_config(
             mask_right=mask_right,
             mask_left=mask_left,
             warps_n=split[0] if split else 1,
+            rescale_threshold=_sm80_rescale_threshold(dtype, bucket)
+            if rescale_threshold == "auto"
+            else rescale_threshold,
         )
         if tiles is not None or config.smem_bytes() <= smem_limit:
             break

@@ -139,6 +139,22 @@ def test_softmax_scale_and_lse(kernel):
     check_against_spec(out, lse, q, k, v, softmax_scale=0.3)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("slope", [0.002, -0.02, 0.02, 0.2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_row_max_that_moves_across_tiles(dtype, slope, causal, kernel):
+    """Scores s_ij = slope * (seqlen - j) + noise: the kernels walk K/V from the last tile down, so with slope > 0 a
+    row's max grows at every tile, by about 0.2, 1.8 or 18 (exp2 units) a 64-key tile: below and above the lazy
+    rescale's threshold (softmax.py); with slope < 0 the first tile holds it."""
+    seqlen, head_dim = 1000, 64
+    ramp = slope * (seqlen - torch.arange(seqlen, device="cuda", dtype=torch.float32))
+    q = 0.1 * randn(2, seqlen, 2, head_dim, dtype=dtype)
+    k, v = (randn(2, seqlen, 2, head_dim, dtype=dtype) for _ in "kv")
+    q[..., 0] = 1.0
+    k[..., 0] = ramp[None, :, None].to(dtype)
+    check(q, k, v, kernel, softmax_scale=1.0, causal=causal)
+
+
 def test_nan_in_v_propagates_like_spec(kernel):
     q = randn(1, 64, 1, 64)
     k, v = (randn(1, 64, 1, 64) for _ in "kv")

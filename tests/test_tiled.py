@@ -189,6 +189,36 @@ def test_exact_trace_keeps_the_online_softmax_invariant():
         assert list(record.row_sum) == expected
 
 
+@FEW
+@given(problems(), tile_sizes, tile_sizes, st.sampled_from([0.0, 1.0, 8.0]))
+def test_lazy_rescaling_matches_spec(problem, block_m, block_n, threshold):
+    """A row that keeps an old max (lazy rescaling, the sm80 bf16 D=128 kernel's) gives the spec's O and LSE."""
+    q, k, v = problem.tensors()
+    result = tiled_attention(q, k, v, **problem.options, block_m=block_m, block_n=block_n, rescale_threshold=threshold)
+    out, lse = attention_ref(q, k, v, **problem.options, return_lse=True)
+    np.testing.assert_allclose(result.out, out.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(result.lse, lse.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("threshold", "moves"), [(0.0, 8), (2.0, 8), (8.0, 3)])
+def test_lazy_rescaling_keeps_the_max_within_the_threshold_exactly(threshold, moves):
+    """Scores rising by 1 a key (scale_log2 = 1): the kept max trails the true one by at most the threshold, alpha is
+    1 whenever it is kept, every E stays at most 2^threshold, and O and LSE are exactly the eager ones. The max rises
+    by 3 a tile of 3 keys, so above a threshold of 3 it moves at the first of 8 tiles and then every third one."""
+    seqlen = 24
+    q = torch.ones(1, 1, 1, 1)
+    k = torch.arange(seqlen, dtype=torch.float64).reshape(1, seqlen, 1, 1)
+    v = torch.arange(seqlen, dtype=torch.float64).reshape(1, seqlen, 1, 1) % 5
+    lazy = tiled_attention(q, k, v, LN2, block_m=1, block_n=3, exact=True, trace=True, rescale_threshold=threshold)
+    eager = tiled_attention(q, k, v, LN2, block_m=1, block_n=3, exact=True)
+    assert np.array_equal(lazy.out, eager.out) and np.array_equal(lazy.lse_arg, eager.lse_arg)
+    (block,) = lazy.trace
+    for record in block.rounds:
+        assert record.acc_s.max() - record.row_max[0] <= threshold
+        assert max(record.acc_p[0]) <= 2**threshold
+    assert sum(record.alpha[0] != 1 for record in block.rounds) == moves
+
+
 @pytest.mark.parametrize(
     ("inputs", "options", "message"),
     [

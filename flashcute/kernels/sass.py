@@ -21,7 +21,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
+from flashcute.config import (
+    BwdConfig,
+    BwdPostConfig,
+    BwdPreConfig,
+    DQConfig,
+    FwdConfig,
+    Sm90BwdConfig,
+    Sm90FwdConfig,
+)
 
 AnyConfig = FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig
 
@@ -98,8 +106,13 @@ def variant_label(config: AnyConfig) -> str:
     elif isinstance(config, DQConfig):
         prefix = "dq-"
     else:
-        tiles += f"s{config.num_stages}" + (f"n{config.warps_n}" if config.warps_n > 1 else "")
+        tiles += f"s{config.num_stages}" + (f"n{config.warps_n}" if config.warps_n > 1 else "") + _lazy(config)
     return f"{prefix}{config.dtype}-{head_dim}-{tiles}-{mask}"
+
+
+def _lazy(config: FwdConfig) -> str:
+    """ "-lazy<t>" for a forward config that rescales lazily (rescale_threshold t), else nothing."""
+    return "" if config.rescale_threshold is None else f"-lazy{config.rescale_threshold:g}"
 
 
 def tool(name: str) -> Path:

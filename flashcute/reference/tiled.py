@@ -257,7 +257,7 @@ def apply_mask(acc_s: np.ndarray, args: AttentionArgs, m_block: int, n_block: in
 
 
 def online_softmax(
-    state: SoftmaxState, acc_s: np.ndarray, scale_log2: float | Fraction
+    state: SoftmaxState, acc_s: np.ndarray, scale_log2: float | Fraction, rescale_threshold: float | None = None
 ) -> tuple[np.ndarray, np.ndarray, SoftmaxState]:
     """One round of the online softmax in the exp2 domain; returns (acc_p = E, alpha, new state).
 
@@ -268,8 +268,16 @@ def online_softmax(
 
     While a row has seen no visible key, m' = -inf; the kernel then uses 0 for m' * scale_log2 so that the exponents
     are -inf (alpha = E = 0) rather than -inf - (-inf) = NaN.
+
+    Lazy rescaling (``rescale_threshold`` t, as the kernel's FwdConfig.rescale_threshold): a row keeps m unless
+    (m' - m) * scale_log2 > t, so alpha = 1 and U needs no rescale; E is then at most 2^t, and U / l and the LSE come
+    out the same.
     """
     row_max = np.maximum(state.row_max, acc_s.max(axis=1))
+    if rescale_threshold is not None:
+        with np.errstate(invalid="ignore"):  # a row still at -inf: -inf - (-inf) = NaN, not > t, keeps -inf
+            grew = (row_max - state.row_max) * scale_log2 > rescale_threshold
+        row_max = np.where(grew, row_max, state.row_max)
     max_scaled = np.where(row_max == -math.inf, 0, row_max * scale_log2)
     alpha = exp2(state.row_max * scale_log2 - max_scaled)
     acc_p = exp2(acc_s * scale_log2 - max_scaled[:, None])
@@ -316,6 +324,7 @@ def attention_cta(
     block_n: int,
     scale_log2: float | Fraction,
     rounds: list[RoundTrace] | None = None,
+    rescale_threshold: float | None = None,
 ) -> CtaOutput:
     """One thread block: Q tile m_block of one head against every K/V tile it can see.
 
@@ -324,7 +333,7 @@ def attention_cta(
     rounding; exactly in exact mode).
 
     q_head: (seqlen_q, headdim); k_head, v_head: (seqlen_k, headdim) of the kv head this query head reads.
-    Appends a RoundTrace per visited K/V tile to `rounds` when given.
+    Appends a RoundTrace per visited K/V tile to `rounds` when given. ``rescale_threshold``: online_softmax's.
     """
     exact = q_head.dtype == object
     q_tile = load_tile(q_head, m_block, block_m)
@@ -338,7 +347,7 @@ def attention_cta(
         masked = tile_needs_mask(args, m_block, n_block, block_m, block_n)
         if masked:
             acc_s = apply_mask(acc_s, args, m_block, n_block)
-        acc_p, alpha, state = online_softmax(state, acc_s, scale_log2)
+        acc_p, alpha, state = online_softmax(state, acc_s, scale_log2, rescale_threshold)
         acc_o_rescaled = rescale_o(acc_o, alpha)
         acc_o = gemm_pv(acc_o_rescaled, acc_p, v_tile)
         if rounds is not None:
@@ -363,13 +372,14 @@ def tiled_attention(
     block_n: int = 64,
     exact: bool = False,
     trace: bool = False,
+    rescale_threshold: float | None = None,
 ) -> TiledResult:
     """Attention computed tile by tile, exactly as the forward kernel does, one CTA per (batch, head, m_block).
 
     Same arguments and layout as `attention_ref` (q: (batch, seqlen_q, nheads, headdim), k, v: (batch, seqlen_k,
     nheads_k, headdim), GQA), given as torch tensors, numpy arrays or (exact) arrays of ints/Fractions.
     exact=True computes in Fractions (see the module docstring for when that is possible); trace=True records every
-    round of every CTA.
+    round of every CTA; rescale_threshold (None, or t >= 0 in exp2 units) is the lazy rescaling of online_softmax.
     """
     args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap)
     validate_tile_sizes(block_m, block_n)
@@ -384,7 +394,9 @@ def tiled_attention(
         kv_head_idx = head_idx // args.qheads_per_kvhead
         rounds: list[RoundTrace] | None = [] if trace else None
         q_head, k_head, v_head = q[batch_idx, :, head_idx], k[batch_idx, :, kv_head_idx], v[batch_idx, :, kv_head_idx]
-        cta = attention_cta(q_head, k_head, v_head, args, m_block, block_m, block_n, scale_log2, rounds)
+        cta = attention_cta(
+            q_head, k_head, v_head, args, m_block, block_m, block_n, scale_log2, rounds, rescale_threshold
+        )
         queries = query_range(args, m_block, block_m)  # the epilogue stores only rows < seqlen_q
         rows, n_rows = slice(queries.start, queries.stop), len(queries)
         out[batch_idx, rows, head_idx] = cta.out[:n_rows]

@@ -8,6 +8,11 @@ For a new score tile S (already masked):
 scale_log2 = softmax_scale * log2(e), so exp2 stands for exp(scale * x) and log2(e) is folded in once on the host.
 A row that has seen only -inf keeps m = -inf; it then exponentiates against 0 instead, so E = 0 and alpha = 0
 rather than exp2(-inf - -inf) = NaN.
+
+Lazy rescaling (``rescale_threshold`` t): a row keeps its old max m unless the new one exceeds it by more than t in
+exp2's units, (m' - m) * scale_log2 > t; E is then taken against the kept m (each E at most 2^t, and l with it, so
+O = U / l and LSE = scale * m + log l come out the same), and alpha is exactly 1. U's rescale is skipped in a warp
+whose rows all kept their max, which after the first few K/V tiles is almost every step.
 """
 
 import math
@@ -89,6 +94,8 @@ class OnlineSoftmax:
     as many): the Hopper kernel has the registers for it; the sm80 kernel, at its register limit, keeps one chain.
     ``split`` (SplitRows) when several warps hold parts of the same rows: their maxima are combined at every
     update, their sums (each warp's l covers its own columns, all scaled by the same alpha) once, in finalize.
+    ``rescale_threshold``: None rescales U at every update; a number t >= 0 keeps each row's max until it grows by
+    more than t (lazy rescaling, above) and has ``rescale_o_lazily`` skip the rescale where no row moved.
     """
 
     def __init__(
@@ -98,8 +105,10 @@ class OnlineSoftmax:
         chains: int = 1,
         sum_chains: int | None = None,
         split: "SplitRows | None" = None,
+        rescale_threshold: float | None = None,
     ):
         self.scale_log2 = scale_log2
+        self.rescale_threshold = rescale_threshold
         self.split = split
         self.chains = chains
         self.sum_chains = chains if sum_chains is None else sum_chains
@@ -135,6 +144,11 @@ class OnlineSoftmax:
     def exp_row(self, s: cute.Tensor, row_scale: cute.Tensor, r: int, row_max_cur: Float32):
         """Row r of the update against its new max: E in place of the scores, alpha into row_scale, (m, l)."""
         row_max_prev = self.row_max[r]
+        if cutlass.const_expr(self.rescale_threshold is not None):
+            # Keep the old max unless the row grew by more than the threshold; a first finite max always moves it
+            # (inf > t), a row still at -inf stays there (NaN > t is false).
+            grew = (row_max_cur - row_max_prev) * self.scale_log2 > self.rescale_threshold
+            row_max_cur = row_max_cur if grew else row_max_prev
         row_max_safe = Float32(0.0) if row_max_cur == -Float32.inf else row_max_cur
         max_scaled = row_max_safe * self.scale_log2
         exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
@@ -150,6 +164,19 @@ class OnlineSoftmax:
         o = acc_rows_cols(acc_O)
         for r in cutlass.range_constexpr(cute.size(row_scale)):
             o[r, None].store(o[r, None].load() * row_scale[r])
+
+    @cute.jit
+    def rescale_o_lazily(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
+        """rescale_o after an update: with a rescale_threshold, only in a warp where some row's alpha is not 1 (the
+        test is warp-uniform, so the multiplies are skipped, not predicated off)."""
+        if cutlass.const_expr(self.rescale_threshold is None):
+            self.rescale_o(acc_O, row_scale)
+        else:
+            moved = row_scale[0] != 1.0
+            for r in cutlass.range_constexpr(1, cute.size(row_scale)):
+                moved = moved | (row_scale[r] != 1.0)
+            if cute.arch.vote_any_sync(moved):
+                self.rescale_o(acc_O, row_scale)
 
     @cute.jit
     def finalize(self) -> tuple[cute.Tensor, cute.Tensor]:

@@ -266,7 +266,7 @@ class FlashAttentionForwardSm80:
             tPsP = smem_thr_copy_P.partition_D(sP)
             tOrP = thr_mma.make_fragment_A(thr_mma.partition_A(sP))
             tOsP = smem_thr_copy_Q.partition_S(sP)
-        softmax = OnlineSoftmax(scale_log2, num_rows, split=split)
+        softmax = OnlineSoftmax(scale_log2, num_rows, split=split, rescale_threshold=cfg.rescale_threshold)
 
         # ---- prologue: Q and the first (last-in-sequence) K tile in flight together
         gcopy.copy_rows(
@@ -405,7 +405,7 @@ class FlashAttentionForwardSm80:
             mask.apply(acc_S, m_block, n_block, mask_rows)
         # step 5: online softmax, U *= alpha
         row_scale = softmax.update(acc_S)
-        softmax.rescale_o(acc_O, row_scale)
+        softmax.rescale_o_lazily(acc_O, row_scale)
         # step 6: O += P V, P converted to 16 bits in the registers that held S
         rP = converted(acc_S, self.dtype)
         tOsVt = mma.tOsVt[None, None, None, stage]
