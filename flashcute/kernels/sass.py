@@ -21,15 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashcute.config import (
-    BwdConfig,
-    BwdPostConfig,
-    BwdPreConfig,
-    DQConfig,
-    FwdConfig,
-    Sm90BwdConfig,
-    Sm90FwdConfig,
-)
+from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
 
 AnyConfig = FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig
 
@@ -74,7 +66,8 @@ class SassReport:
 
 def variant_label(config: AnyConfig) -> str:
     """A short name for a config: "bfloat16-d128-128x64w4s1-right" is bf16, head dim 128, block_m x block_n,
-    4 warps, 1 K/V stage, causal-like mask ("s2n2": 2 stages and warps in pairs that split rows, FwdConfig.warps_n);
+    4 warps, 1 K/V stage, causal-like mask ("s2n2": 2 stages and warps in pairs that split rows, FwdConfig.warps_n;
+    "-lazy8": lazy rescaling, FwdConfig.rescale_threshold 8);
     "d128pad" is a head dim padded up to 128; masks: nomask, right, left, both. Backward kernels start with "bwd-"
     (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic mode) or "dq-" (the deterministic dQ kernel) and
     have no stage count. Hopper forward kernels start with "sm90-" and have no warp count (one producer and
@@ -111,7 +104,7 @@ def variant_label(config: AnyConfig) -> str:
 
 
 def _lazy(config: FwdConfig) -> str:
-    """ "-lazy<t>" for a forward config that rescales lazily (rescale_threshold t), else nothing."""
+    """The label's note of an sm80 forward config that rescales U lazily (rescale_threshold t): "-lazy<t>"."""
     return "" if config.rescale_threshold is None else f"-lazy{config.rescale_threshold:g}"
 
 
