@@ -161,7 +161,7 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 #   1.000/0.986
 # so only the sm80 bf16 D=128 kernel rescales lazily (on its (128,64,4,2) tile); the Hopper kernel always rescales.
 LAZY_RESCALE_THRESHOLD = 8.0
-_SM80_LAZY_RESCALE = frozenset({("bfloat16", 128)})
+_SM80_LAZY_RESCALE = frozenset({("bfloat16", 128), ("float16", 128), ("bfloat16", 256), ("float16", 256)})
 
 
 def _sm80_rescale_threshold(dtype: str, bucket: int) -> float | None:
