@@ -159,9 +159,17 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 #   ((128,48,4,2) lazy: 359-373, causal 316-338); again with the row max in one or two chains (lease7, branch
 #   sm80-max-chains; two chains within 1 % either way): bf16 lazy/eager 1.021/1.022 | 1.028/1.020, fp16 0.934/0.951 |
 #   1.000/0.986
-# so only the sm80 bf16 D=128 kernel rescales lazily (on its (128,64,4,2) tile); the Hopper kernel always rescales.
+# so at first only the sm80 bf16 D=128 kernel rescaled lazily. Then the unmasked steps stopped computing the row max
+# (softmax.update_against_kept_max: E against the kept max first, the sums checked after, the full update only in a
+# warp where one passes 2^8; free step 1199 SASS instructions with both paths against 991, the common path about 730,
+# 1 STL / 1 LDL against 9 / 9). In one process against main 17f9f65 (branch sm80-kept-max, lazy at D=128 and D=256 in
+# both dtypes; lease8), new/base at non-causal 4k/16k | causal 4k/16k:
+#   bf16 D=128 1.038/1.059 | 1.011/1.029 (against the lazy kernel with the max)   fp16 D=128 1.024/1.019 | 0.997/1.035
+#   (against eager)   D=256 0.922-0.958 (bf16 and fp16)
+# so the sm80 D=128 kernels rescale lazily in both dtypes, on their (128,64,4,2) tile; D=256 and the Hopper kernel
+# rescale at every step.
 LAZY_RESCALE_THRESHOLD = 8.0
-_SM80_LAZY_RESCALE = frozenset({("bfloat16", 128)})
+_SM80_LAZY_RESCALE = frozenset({("bfloat16", 128), ("float16", 128)})
 
 
 def _sm80_rescale_threshold(dtype: str, bucket: int) -> float | None:

@@ -19,9 +19,9 @@ import math
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32
+from cutlass import Boolean, Float32, Int32
 
-from flashcute.kernels.common.layout import acc_rows_cols
+from flashcute.kernels.common.layout import acc_rows_cols, store_converted
 
 LN2 = math.log(2.0)
 LOG2_E = math.log2(math.e)
@@ -164,6 +164,38 @@ class OnlineSoftmax:
         o = acc_rows_cols(acc_O)
         for r in cutlass.range_constexpr(cute.size(row_scale)):
             o[r, None].store(o[r, None].load() * row_scale[r])
+
+    @cute.jit
+    def update_against_kept_max(self, acc_S: cute.Tensor, acc_O: cute.Tensor, rP: cute.Tensor):
+        """Lazy rescaling without the row max, for an unmasked tile after the first: E = exp2(S * scale_log2 - m *
+        scale_log2) against the kept max m straight away, P from E into ``rP`` (acc_S's layout, 16 bits), and
+        only then the check that the tile did not need a new max: every row's sum of this thread's E at most
+        2^rescale_threshold (so each E is, too; a row still at m = -inf gives inf or NaN and fails). A warp where
+        some row fails takes the full update from S, which acc_S still holds (update: new max where it grew by more
+        than the threshold, E and P again, U *= alpha). Otherwise l += the sums, alpha = 1 and U is left alone: no
+        max, no shuffles and no multiplies of U on the common path, and the exponentials wait only for S."""
+        s, p = acc_rows_cols(acc_S), acc_rows_cols(rP)
+        bound = Float32(2.0**self.rescale_threshold)
+        sums = []
+        fine = Boolean(True)
+        for r in cutlass.range_constexpr(cute.size(self.row_max)):
+            max_scaled = self.row_max[r] * self.scale_log2
+            exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
+            sums.append(exps.reduce(cute.ReductionOp.ADD, Float32.zero, 0))
+            p[r, None].store(exps.to(rP.element_type))
+            fine = fine & (sums[r] <= bound)
+        if cute.arch.vote_any_sync(not fine):
+            row_scale = self.update(acc_S)
+            self.rescale_o(acc_O, row_scale)
+            store_converted(acc_S, rP)
+        else:
+            self.add_row_sums(sums)
+
+    @cute.jit
+    def add_row_sums(self, sums: list):
+        """l += this tile's sums, row by row (alpha = 1)."""
+        for r in cutlass.range_constexpr(cute.size(self.row_sum)):
+            self.row_sum[r] = self.row_sum[r] + sums[r]
 
     @cute.jit
     def rescale_o_lazily(self, acc_O: cute.Tensor, row_scale: cute.Tensor):

@@ -404,10 +404,16 @@ class FlashAttentionForwardSm80:
         if cutlass.const_expr(is_last_tile or mask_rows):
             mask.apply(acc_S, m_block, n_block, mask_rows)
         # step 5: online softmax, U *= alpha
-        row_scale = softmax.update(acc_S)
-        softmax.rescale_o_lazily(acc_O, row_scale)
-        # step 6: O += P V, P converted to 16 bits in the registers that held S
-        rP = converted(acc_S, self.dtype)
+        kept_max = self.config.rescale_threshold is not None and not self.split  # (a pair's warps must agree)
+        if cutlass.const_expr(kept_max and not (is_last_tile or mask_rows)):
+            # lazy rescaling on an unmasked tile: E against the kept max first, the max only where it moved
+            rP = cute.make_fragment_like(acc_S, self.dtype)
+            softmax.update_against_kept_max(acc_S, acc_O, rP)
+        else:
+            row_scale = softmax.update(acc_S)
+            softmax.rescale_o_lazily(acc_O, row_scale)
+            # step 6: O += P V, P converted to 16 bits in the registers that held S
+            rP = converted(acc_S, self.dtype)
         tOsVt = mma.tOsVt[None, None, None, stage]
         if cutlass.const_expr(self.split):  # the band's warps put their columns of P together in shared memory
             cute.copy(mma.smem_thr_copy_P, mma.smem_thr_copy_P.retile(rP), mma.tPsP)
