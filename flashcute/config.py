@@ -259,6 +259,9 @@ class Sm90FwdConfig:
     k_descriptors: str = "64bit"
     """How a step's K descriptors are computed from the stage index: "64bit", "32bit" or "uniform"
     (wgmma.stage_steps says what each costs in SASS); the heuristic's choice is K_DESCRIPTORS_NOTE's."""
+    rescale_threshold: float | None = None
+    """None rescales U at every K/V tile; t >= 0: lazy rescaling as in FwdConfig, and the steps of unmasked tiles
+    skip the row max (softmax.update_against_kept_max, after the wait for the previous tile's P V)."""
     trace_tiles: bool = False
     """True: every tile's SM, clock cycles and nanoseconds are recorded after the tile counter (a measuring aid:
     kernels/common/trace.py, scripts/tile_cycles.py; needs claim_tiles, whose tensor holds them)."""
@@ -405,6 +408,7 @@ def sm90_fwd_config(
     take_turns: bool | None = None,
     step_order: tuple[int, bool, bool] | None = None,
     k_descriptors: str | None = None,
+    rescale_threshold: float | str | None = "auto",
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
@@ -434,6 +438,7 @@ def sm90_fwd_config(
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,
         k_descriptors=k_descriptors or _k_descriptors(bucket, dtype),
+        rescale_threshold=LAZY_RESCALE_THRESHOLD if rescale_threshold == "auto" else rescale_threshold,
     )
 
 

@@ -89,7 +89,7 @@ def variant_label(config: AnyConfig) -> str:
         order = "" if config.claim_tiles else "-fixed"
         traced = "-traced" if config.trace_tiles else ""
         tiles = f"{config.block_m}x{config.block_n}s{config.num_stages}"
-        return f"sm90-{config.dtype}-{head_dim}-{tiles}{early}{turns}{order}{traced}-{mask}"
+        return f"sm90-{config.dtype}-{head_dim}-{tiles}{early}{turns}{order}{traced}{_lazy(config)}-{mask}"
     if isinstance(config, Sm90BwdConfig):
         return f"sm90bwd-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}-{mask}"
     tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}"
@@ -103,8 +103,8 @@ def variant_label(config: AnyConfig) -> str:
     return f"{prefix}{config.dtype}-{head_dim}-{tiles}-{mask}"
 
 
-def _lazy(config: FwdConfig) -> str:
-    """The label's note of an sm80 forward config that rescales U lazily (rescale_threshold t): "-lazy<t>"."""
+def _lazy(config: FwdConfig | Sm90FwdConfig) -> str:
+    """The label's note of a forward config that rescales U lazily (rescale_threshold t): "-lazy<t>"."""
     return "" if config.rescale_threshold is None else f"-lazy{config.rescale_threshold:g}"
 
 

@@ -571,7 +571,11 @@ class FlashAttentionForwardSm90:
         tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_shape_A((64, self.block_n)))
         acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, d)))
         softmax = OnlineSoftmax(
-            scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]), 4, self.config.sum_chains
+            scale_log2,
+            cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]),
+            4,
+            self.config.sum_chains,
+            rescale_threshold=self.config.rescale_threshold,
         )
         mask = AttentionMask(tiles.tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
         mma = SimpleNamespace(
@@ -759,16 +763,24 @@ class FlashAttentionForwardSm90:
             self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
         pipes.k.consumer_release(state)
-        if cutlass.const_expr(mask_rows):
-            mask.apply(acc_S, m_block, n_block, True)
-        row_scale = softmax.update(acc_S)
-        cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
-        pipes.v.consumer_release(v_state)
-        store_probs(acc_S, mma.tOrP)
-        if cutlass.const_expr(self.config.rescale_o_early):
-            mma.row_scale.store(row_scale.load())
+        if cutlass.const_expr(self.config.rescale_threshold is not None and not mask_rows):
+            # Lazy rescaling without the row max: E against the kept max goes straight into P, so it waits for P V.
+            cute.nvgpu.warpgroup.wait_group(0)
+            pipes.v.consumer_release(v_state)
+            softmax.update_against_kept_max(acc_S, mma.acc_O, cute.make_tensor(mma.tOrP.iterator, acc_S.layout))
+            if cutlass.const_expr(self.config.rescale_o_early):
+                mma.row_scale.fill(1.0)  # U is up to date: nothing left for the next step's early rescale
         else:
-            softmax.rescale_o(mma.acc_O, row_scale)
+            if cutlass.const_expr(mask_rows):
+                mask.apply(acc_S, m_block, n_block, True)
+            row_scale = softmax.update(acc_S)
+            cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
+            pipes.v.consumer_release(v_state)
+            store_probs(acc_S, mma.tOrP)
+            if cutlass.const_expr(self.config.rescale_o_early):
+                mma.row_scale.store(row_scale.load())
+            else:
+                softmax.rescale_o(mma.acc_O, row_scale)
         return state
 
     def key_steps(self, tSrK: cute.Tensor, stage: Int32) -> list[cute.Tensor]:
