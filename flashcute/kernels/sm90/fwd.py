@@ -744,6 +744,10 @@ class FlashAttentionForwardSm90:
         mask_rows: cutlass.Constexpr[bool],
     ) -> pipeline.PipelineState:
         """S = Q K[n]^T and O += P V[previous tile] in flight together; softmax of S while P V finishes."""
+        # Lazy rescaling on an unmasked tile skips the row max. Such steps come right after the first tile
+        # (TileInfo.visit_runs: the free run first), whose U is still 0, or after another of them, which leaves
+        # row_scale at 1: so they skip rescale_o_early's multiplies too.
+        kept_max = self.config.rescale_threshold is not None and not mask_rows
         v_state = state.clone()
         state.advance()
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
@@ -753,7 +757,7 @@ class FlashAttentionForwardSm90:
         if cutlass.const_expr(not self.config.turn_before_k):
             self.take_turn(wg)
         gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, self.key_steps(mma.tSrK, state.index), True, -1)
-        if cutlass.const_expr(self.config.rescale_o_early):
+        if cutlass.const_expr(self.config.rescale_o_early and not kept_max):
             softmax.rescale_o(mma.acc_O, mma.row_scale)  # the previous tile's alpha, while Q K^T runs
         if cutlass.const_expr(self.config.pass_turn_after_qk):
             self.pass_turn(wg)
@@ -763,8 +767,7 @@ class FlashAttentionForwardSm90:
             self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
         pipes.k.consumer_release(state)
-        if cutlass.const_expr(self.config.rescale_threshold is not None and not mask_rows):
-            # Lazy rescaling without the row max: E against the kept max goes straight into P, so it waits for P V.
+        if cutlass.const_expr(kept_max):  # E against the kept max goes straight into P, so it waits for P V
             cute.nvgpu.warpgroup.wait_group(0)
             pipes.v.consumer_release(v_state)
             softmax.update_against_kept_max(acc_S, mma.acc_O, cute.make_tensor(mma.tOrP.iterator, acc_S.layout))
