@@ -72,8 +72,8 @@ def variant_label(config: AnyConfig) -> str:
     (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic mode) or "dq-" (the deterministic dQ kernel) and
     have no stage count. Hopper forward kernels start with "sm90-" and have no warp count (one producer and
     block_m / 64 consumer warpgroups; "-noturns" where those do not take turns, "-fixed" where the thread blocks take
-    their tiles in a fixed order, not claimed, "-traced" with tile records); the Hopper backward starts with
-    "sm90bwd-". The backward's preprocess ("bwdpre-", "-zerodq" when it also zeroes dQaccum) and postprocess
+    their tiles in a fixed order, not claimed, "-traced" with tile records, "-lazy8" as above); the Hopper backward
+    starts with "sm90bwd-". The backward's preprocess ("bwdpre-", "-zerodq" when it also zeroes dQaccum) and postprocess
     ("bwdpost-") have rows per thread block and warps, and no mask: "bwdpre-bfloat16-d128-64w4-zerodq".
     """
     head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
