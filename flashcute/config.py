@@ -404,11 +404,12 @@ _SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
 }
 
 
-def _k_descriptors(bucket: int, dtype: str) -> str:
-    """Sm90FwdConfig.k_descriptors for a head-dim bucket and dtype: K_DESCRIPTORS_NOTE."""
-    if dtype == "float16":
-        return "uniform" if bucket == 256 else "32bit"
-    return "64bit"
+def _k_descriptors(bucket: int, dtype: str, lazy: bool) -> str:
+    """Sm90FwdConfig.k_descriptors for a head-dim bucket and dtype, and whether the kernel rescales lazily:
+    K_DESCRIPTORS_NOTE."""
+    if bucket == 256 and (dtype == "float16" or lazy):
+        return "uniform"
+    return "32bit" if dtype == "float16" else "64bit"
 
 
 @functools.cache
@@ -438,6 +439,8 @@ def sm90_fwd_config(
     sum_chains, turn_before_k, pass_turn_after_qk = (
         step_order if step_order is not None else _SM90_STEP_ORDER.get((bucket, masked), (4, False, False))
     )
+    if rescale_threshold == "auto":
+        rescale_threshold = _sm90_rescale_threshold(bucket, masked)
     return Sm90FwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,
@@ -453,8 +456,8 @@ def sm90_fwd_config(
         sum_chains=sum_chains,
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,
-        k_descriptors=k_descriptors or _k_descriptors(bucket, dtype),
-        rescale_threshold=_sm90_rescale_threshold(bucket, masked) if rescale_threshold == "auto" else rescale_threshold,
+        k_descriptors=k_descriptors or _k_descriptors(bucket, dtype, rescale_threshold is not None),
+        rescale_threshold=rescale_threshold,
     )
 
 
