@@ -176,9 +176,9 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 #   D=128  1.079/1.069/1.113 | 1.053/1.044/1.119   causal 1.050/1.003/1.026 | 1.045/1.054/1.058
 #   D=192  0.993/0.959/1.014 | 1.024/0.996/1.052   causal 0.983/0.977/1.011 | 0.993/0.974/1.006
 #   D=256  1.020/0.976/1.032 | 1.014/0.999/1.041   causal 0.994/0.950/0.990 | 1.002/0.977/1.017
-# (D=192 and D=256, whose U is rescaled during the next Q K^T, with that rescale skipped in the kept-max steps) so the
-# Hopper forward rescales lazily at every head dim but under a mask at D >= 192. Its D=32 shares D=96's and D=128's
-# tile and step.
+# (D=192 and D=256, whose U is rescaled during the next Q K^T, with that rescale skipped in the kept-max steps) and
+#   D=32   1.111/1.168/1.182 | 1.135/1.192/1.209   causal 1.028/1.077/1.103 | 1.067/1.086/1.102   (lease4)
+# so the Hopper forward rescales lazily at every head dim but under a mask at D >= 192.
 LAZY_RESCALE_THRESHOLD = 8.0
 _SM80_LAZY_RESCALE = frozenset({("bfloat16", 128), ("float16", 128)})
 
@@ -387,7 +387,11 @@ class Sm90FwdConfig:
 #   D=128 fp16 0.982/0.992/0.978 | 0.972/0.995/0.981,  0.974/0.977/1.003 | 1.001/1.012/0.991
 #   D=128 bf16 0.992/1.005/1.000 | 0.997/0.996/0.985,  0.996/0.994/1.003 | 0.990/0.995/0.992
 # so fp16 takes "uniform" at D=256 (its step: 462 -> 435 SASS instructions) and "32bit" below it (stop 14: D=128
-# 468 -> 460), bf16 "64bit" everywhere (D=256: 425 against 426, and even on the GPU).
+# 468 -> 460), bf16 "64bit" everywhere (D=256: 425 against 426, and even on the GPU) but at D=256 with lazy
+# rescaling (LAZY_RESCALE_NOTE: without a mask), where the 64-bit form's descriptors leave the uniform registers
+# (free step 641 -> 585 SASS instructions with "uniform": R2UR 44 -> 16, the IMAD/IADD3 that rebuilt them gone); in
+# one process against 64-bit (bench/results/2026-12-01-h200-s25, lease5) 1.000/0.980/1.022 at 1k/4k/16k (fp16, the
+# same kernels on both sides: 0.997/1.004/1.006), so the smaller step is kept.
 _SM90_STEP_ORDER: dict[tuple[int, bool], tuple[int, bool, bool]] = {
     (64, False): (1, True, False),
     (128, False): (1, True, True),

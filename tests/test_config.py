@@ -114,12 +114,15 @@ def test_sm90_lazy_rescaling_by_head_dim_and_mask():
 
 def test_sm90_k_descriptors_by_dtype_and_head_dim():
     """config.K_DESCRIPTORS_NOTE: fp16 takes the uniform stage base at D=256 and 32-bit adds below it, bf16 64-bit
-    adds at every head dim; ``k_descriptors`` overrides, and the kernel refuses a form it does not know."""
+    adds at every head dim but 256 without a mask (lazy rescaling there), where it takes the uniform base too;
+    ``k_descriptors`` overrides, and the kernel refuses a form it does not know."""
     for window in MASK_VARIANTS:
         mask = dict(window_left=window[0], window_right=window[1])
         assert sm90_fwd_config(256, "float16", **mask).k_descriptors == "uniform"
         assert {sm90_fwd_config(d, "float16", **mask).k_descriptors for d in HEAD_DIM_BUCKETS[:-1]} == {"32bit"}
-        assert {sm90_fwd_config(d, "bfloat16", **mask).k_descriptors for d in HEAD_DIM_BUCKETS} == {"64bit"}
+        assert {sm90_fwd_config(d, "bfloat16", **mask).k_descriptors for d in HEAD_DIM_BUCKETS[:-1]} == {"64bit"}
+        bf16_d256 = sm90_fwd_config(256, "bfloat16", **mask).k_descriptors
+        assert bf16_d256 == ("uniform" if window == (-1, -1) else "64bit")
     assert sm90_fwd_config(128, "bfloat16", k_descriptors="uniform").k_descriptors == "uniform"
     odd = dataclasses.replace(sm90_fwd_config(128, "bfloat16"), k_descriptors="16bit")
     assert "k_descriptors='16bit'" in FlashAttentionForwardSm90.can_implement(odd, "sm_90a")

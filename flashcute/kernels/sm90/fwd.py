@@ -10,6 +10,9 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   (the one before it in walking order), so the softmax of S_n runs while that P V is still on the tensor cores.
   Across warpgroups, a pair of named barriers makes them take turns issuing their MMAs, so one warpgroup's softmax
   overlaps the other's MMAs (config.take_turns; FlashAttention-4 takes turns up to head dim 128 only).
+- Lazy rescaling (config.rescale_threshold): on an unmasked K/V tile the softmax skips the row max, taking E against
+  the kept max straight into P once the previous P V is done, and rescales only where a row grew by more than the
+  threshold (softmax.update_against_kept_max).
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
 - Persistent. The grid has one thread block per SM (or fewer). Each starts with tile block_idx of the order of
@@ -743,7 +746,8 @@ class FlashAttentionForwardSm90:
         n_block: Int32,
         mask_rows: cutlass.Constexpr[bool],
     ) -> pipeline.PipelineState:
-        """S = Q K[n]^T and O += P V[previous tile] in flight together; softmax of S while P V finishes."""
+        """S = Q K[n]^T and O += P V[previous tile] in flight together; softmax of S while P V finishes (with
+        lazy rescaling on an unmasked tile, E against the kept max after it, straight into P)."""
         # Lazy rescaling on an unmasked tile skips the row max. Such steps come right after the first tile
         # (TileInfo.visit_runs: the free run first), whose U is still 0, or after another of them, which leaves
         # row_scale at 1: so they skip rescale_o_early's multiplies too.
