@@ -166,8 +166,19 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 # both dtypes; lease8), new/base at non-causal 4k/16k | causal 4k/16k:
 #   bf16 D=128 1.038/1.059 | 1.011/1.029 (against the lazy kernel with the max)   fp16 D=128 1.024/1.019 | 0.997/1.035
 #   (against eager)   D=256 0.922-0.958 (bf16 and fp16)
-# so the sm80 D=128 kernels rescale lazily in both dtypes, on their (128,64,4,2) tile; D=256 and the Hopper kernel
-# rescale at every step.
+# so the sm80 D=128 kernels rescale lazily in both dtypes, on their (128,64,4,2) tile; sm80 D=256 rescales at every
+# step. The Hopper forward's unmasked steps then skipped the row max the same way (update_against_kept_max after the
+# wait for the previous P V, E straight into P; the D=128 free step's common path about 320 SASS instructions against
+# 444). In one process against main c63f97b (branch sm90-kept-max, every head dim lazy; scripts/ab_inprocess.py
+# --kernel sm90 --rounds 4; bench/results/2026-12-01-h200-s25, lease2 and lease3), new/base at 1k/4k/16k, bf16 | fp16:
+#   D=64   1.089/1.087/1.120 | 1.147/1.147/1.137   causal 1.000/1.027/1.097 | 1.011/1.011/1.105
+#   D=96   1.070/1.107/1.142 | 1.093/1.070/1.113   causal 1.039/1.028/1.106 | 1.025/0.979/1.059
+#   D=128  1.079/1.069/1.113 | 1.053/1.044/1.119   causal 1.050/1.003/1.026 | 1.045/1.054/1.058
+#   D=192  0.993/0.959/1.014 | 1.024/0.996/1.052   causal 0.983/0.977/1.011 | 0.993/0.974/1.006
+#   D=256  1.020/0.976/1.032 | 1.014/0.999/1.041   causal 0.994/0.950/0.990 | 1.002/0.977/1.017
+# (D=192 and D=256, whose U is rescaled during the next Q K^T, with that rescale skipped in the kept-max steps) and
+#   D=32   1.111/1.168/1.182 | 1.135/1.192/1.209   causal 1.028/1.077/1.103 | 1.067/1.086/1.102   (lease4)
+# so the Hopper forward rescales lazily at every head dim but under a mask at D >= 192.
 LAZY_RESCALE_THRESHOLD = 8.0
 _SM80_LAZY_RESCALE = frozenset({("bfloat16", 128), ("float16", 128)})
 
@@ -175,6 +186,11 @@ _SM80_LAZY_RESCALE = frozenset({("bfloat16", 128), ("float16", 128)})
 def _sm80_rescale_threshold(dtype: str, bucket: int) -> float | None:
     """FwdConfig.rescale_threshold for the sm80 forward: LAZY_RESCALE_NOTE."""
     return LAZY_RESCALE_THRESHOLD if (dtype, bucket) in _SM80_LAZY_RESCALE else None
+
+
+def _sm90_rescale_threshold(bucket: int, masked: bool) -> float | None:
+    """Sm90FwdConfig.rescale_threshold for the Hopper forward: LAZY_RESCALE_NOTE."""
+    return None if masked and bucket >= 192 else LAZY_RESCALE_THRESHOLD
 
 
 @functools.cache
@@ -259,6 +275,9 @@ class Sm90FwdConfig:
     k_descriptors: str = "64bit"
     """How a step's K descriptors are computed from the stage index: "64bit", "32bit" or "uniform"
     (wgmma.stage_steps says what each costs in SASS); the heuristic's choice is K_DESCRIPTORS_NOTE's."""
+    rescale_threshold: float | None = None
+    """None rescales U at every K/V tile; t >= 0: lazy rescaling as in FwdConfig, and the steps of unmasked tiles
+    skip the row max (softmax.update_against_kept_max, after the wait for the previous tile's P V)."""
     trace_tiles: bool = False
     """True: every tile's SM, clock cycles and nanoseconds are recorded after the tile counter (a measuring aid:
     kernels/common/trace.py, scripts/tile_cycles.py; needs claim_tiles, whose tensor holds them)."""
@@ -368,7 +387,11 @@ class Sm90FwdConfig:
 #   D=128 fp16 0.982/0.992/0.978 | 0.972/0.995/0.981,  0.974/0.977/1.003 | 1.001/1.012/0.991
 #   D=128 bf16 0.992/1.005/1.000 | 0.997/0.996/0.985,  0.996/0.994/1.003 | 0.990/0.995/0.992
 # so fp16 takes "uniform" at D=256 (its step: 462 -> 435 SASS instructions) and "32bit" below it (stop 14: D=128
-# 468 -> 460), bf16 "64bit" everywhere (D=256: 425 against 426, and even on the GPU).
+# 468 -> 460), bf16 "64bit" everywhere (D=256: 425 against 426, and even on the GPU) but at D=256 with lazy
+# rescaling (LAZY_RESCALE_NOTE: without a mask), where the 64-bit form's descriptors leave the uniform registers
+# (free step 641 -> 585 SASS instructions with "uniform": R2UR 44 -> 16, the IMAD/IADD3 that rebuilt them gone); in
+# one process against 64-bit (bench/results/2026-12-01-h200-s25, lease5) 1.000/0.980/1.022 at 1k/4k/16k (fp16, the
+# same kernels on both sides: 0.997/1.004/1.006), so the smaller step is kept.
 _SM90_STEP_ORDER: dict[tuple[int, bool], tuple[int, bool, bool]] = {
     (64, False): (1, True, False),
     (128, False): (1, True, True),
@@ -385,11 +408,12 @@ _SM90_TILES: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
 }
 
 
-def _k_descriptors(bucket: int, dtype: str) -> str:
-    """Sm90FwdConfig.k_descriptors for a head-dim bucket and dtype: K_DESCRIPTORS_NOTE."""
-    if dtype == "float16":
-        return "uniform" if bucket == 256 else "32bit"
-    return "64bit"
+def _k_descriptors(bucket: int, dtype: str, lazy: bool) -> str:
+    """Sm90FwdConfig.k_descriptors for a head-dim bucket and dtype, and whether the kernel rescales lazily:
+    K_DESCRIPTORS_NOTE."""
+    if bucket == 256 and (dtype == "float16" or lazy):
+        return "uniform"
+    return "32bit" if dtype == "float16" else "64bit"
 
 
 @functools.cache
@@ -405,19 +429,22 @@ def sm90_fwd_config(
     take_turns: bool | None = None,
     step_order: tuple[int, bool, bool] | None = None,
     k_descriptors: str | None = None,
+    rescale_threshold: float | str | None = "auto",
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
     the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), ``claim_tiles`` the
     claimed tiles (CLAIM_TILES_NOTE), and ``step_order`` (sum_chains, turn_before_k, pass_turn_after_qk)
     the order of a step's work (STEP_ORDER_NOTE), ``k_descriptors`` how K's descriptors are computed
-    (K_DESCRIPTORS_NOTE)."""
+    (K_DESCRIPTORS_NOTE), ``rescale_threshold`` the lazy rescaling of LAZY_RESCALE_NOTE ("auto": its choice)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
     sum_chains, turn_before_k, pass_turn_after_qk = (
         step_order if step_order is not None else _SM90_STEP_ORDER.get((bucket, masked), (4, False, False))
     )
+    if rescale_threshold == "auto":
+        rescale_threshold = _sm90_rescale_threshold(bucket, masked)
     return Sm90FwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,
@@ -433,7 +460,8 @@ def sm90_fwd_config(
         sum_chains=sum_chains,
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,
-        k_descriptors=k_descriptors or _k_descriptors(bucket, dtype),
+        k_descriptors=k_descriptors or _k_descriptors(bucket, dtype, rescale_threshold is not None),
+        rescale_threshold=rescale_threshold,
     )
 
 

@@ -9,6 +9,7 @@ import pytest
 from flashcute.config import (
     DTYPES,
     HEAD_DIM_BUCKETS,
+    LAZY_RESCALE_THRESHOLD,
     MAX_SMEM_BYTES,
     SM90_MAX_SMEM_BYTES,
     BwdPreConfig,
@@ -21,6 +22,7 @@ from flashcute.config import (
     sm90_bwd_supports,
     sm90_fwd_config,
 )
+from flashcute.kernels.sass import variant_label
 from flashcute.kernels.sm80.bwd_post import FlashAttentionBackwardPostprocessSm80
 from flashcute.kernels.sm80.bwd_pre import FlashAttentionBackwardPreprocessSm80
 from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
@@ -96,14 +98,31 @@ def test_sm90_step_order_by_head_dim_and_mask():
     assert (config.sum_chains, config.turn_before_k, config.pass_turn_after_qk) == (4, False, True)
 
 
+def test_sm90_lazy_rescaling_by_head_dim_and_mask():
+    """config.LAZY_RESCALE_NOTE: the Hopper forward rescales lazily (and skips the row max on unmasked tiles) at
+    every head dim, but under a mask at 192 and 256; ``rescale_threshold`` overrides."""
+    for window in MASK_VARIANTS:
+        mask = dict(window_left=window[0], window_right=window[1])
+        for bucket in HEAD_DIM_BUCKETS:
+            lazy = bucket < 192 or window == (-1, -1)
+            for dtype in DTYPES:
+                expected = LAZY_RESCALE_THRESHOLD if lazy else None
+                assert sm90_fwd_config(bucket, dtype, **mask).rescale_threshold == expected
+    assert sm90_fwd_config(128, "bfloat16", rescale_threshold=None).rescale_threshold is None
+    assert variant_label(sm90_fwd_config(128, "bfloat16")).endswith("-lazy8-nomask")
+
+
 def test_sm90_k_descriptors_by_dtype_and_head_dim():
     """config.K_DESCRIPTORS_NOTE: fp16 takes the uniform stage base at D=256 and 32-bit adds below it, bf16 64-bit
-    adds at every head dim; ``k_descriptors`` overrides, and the kernel refuses a form it does not know."""
+    adds at every head dim but 256 without a mask (lazy rescaling there), where it takes the uniform base too;
+    ``k_descriptors`` overrides, and the kernel refuses a form it does not know."""
     for window in MASK_VARIANTS:
         mask = dict(window_left=window[0], window_right=window[1])
         assert sm90_fwd_config(256, "float16", **mask).k_descriptors == "uniform"
         assert {sm90_fwd_config(d, "float16", **mask).k_descriptors for d in HEAD_DIM_BUCKETS[:-1]} == {"32bit"}
-        assert {sm90_fwd_config(d, "bfloat16", **mask).k_descriptors for d in HEAD_DIM_BUCKETS} == {"64bit"}
+        assert {sm90_fwd_config(d, "bfloat16", **mask).k_descriptors for d in HEAD_DIM_BUCKETS[:-1]} == {"64bit"}
+        bf16_d256 = sm90_fwd_config(256, "bfloat16", **mask).k_descriptors
+        assert bf16_d256 == ("uniform" if window == (-1, -1) else "64bit")
     assert sm90_fwd_config(128, "bfloat16", k_descriptors="uniform").k_descriptors == "uniform"
     odd = dataclasses.replace(sm90_fwd_config(128, "bfloat16"), k_descriptors="16bit")
     assert "k_descriptors='16bit'" in FlashAttentionForwardSm90.can_implement(odd, "sm_90a")

@@ -72,8 +72,8 @@ def variant_label(config: AnyConfig) -> str:
     (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic mode) or "dq-" (the deterministic dQ kernel) and
     have no stage count. Hopper forward kernels start with "sm90-" and have no warp count (one producer and
     block_m / 64 consumer warpgroups; "-noturns" where those do not take turns, "-fixed" where the thread blocks take
-    their tiles in a fixed order, not claimed, "-traced" with tile records); the Hopper backward starts with
-    "sm90bwd-". The backward's preprocess ("bwdpre-", "-zerodq" when it also zeroes dQaccum) and postprocess
+    their tiles in a fixed order, not claimed, "-traced" with tile records, "-lazy8" as above); the Hopper backward
+    starts with "sm90bwd-". The backward's preprocess ("bwdpre-", "-zerodq" when it also zeroes dQaccum) and postprocess
     ("bwdpost-") have rows per thread block and warps, and no mask: "bwdpre-bfloat16-d128-64w4-zerodq".
     """
     head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
@@ -89,7 +89,7 @@ def variant_label(config: AnyConfig) -> str:
         order = "" if config.claim_tiles else "-fixed"
         traced = "-traced" if config.trace_tiles else ""
         tiles = f"{config.block_m}x{config.block_n}s{config.num_stages}"
-        return f"sm90-{config.dtype}-{head_dim}-{tiles}{early}{turns}{order}{traced}-{mask}"
+        return f"sm90-{config.dtype}-{head_dim}-{tiles}{early}{turns}{order}{traced}{_lazy(config)}-{mask}"
     if isinstance(config, Sm90BwdConfig):
         return f"sm90bwd-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}-{mask}"
     tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}"
@@ -103,8 +103,8 @@ def variant_label(config: AnyConfig) -> str:
     return f"{prefix}{config.dtype}-{head_dim}-{tiles}-{mask}"
 
 
-def _lazy(config: FwdConfig) -> str:
-    """The label's note of an sm80 forward config that rescales U lazily (rescale_threshold t): "-lazy<t>"."""
+def _lazy(config: FwdConfig | Sm90FwdConfig) -> str:
+    """The label's note of a forward config that rescales U lazily (rescale_threshold t): "-lazy<t>"."""
     return "" if config.rescale_threshold is None else f"-lazy{config.rescale_threshold:g}"
 
 

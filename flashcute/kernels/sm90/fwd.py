@@ -10,6 +10,9 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   (the one before it in walking order), so the softmax of S_n runs while that P V is still on the tensor cores.
   Across warpgroups, a pair of named barriers makes them take turns issuing their MMAs, so one warpgroup's softmax
   overlaps the other's MMAs (config.take_turns; FlashAttention-4 takes turns up to head dim 128 only).
+- Lazy rescaling (config.rescale_threshold): on an unmasked K/V tile the softmax skips the row max, taking E against
+  the kept max straight into P once the previous P V is done, and rescales only where a row grew by more than the
+  threshold (softmax.update_against_kept_max).
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
 - Persistent. The grid has one thread block per SM (or fewer). Each starts with tile block_idx of the order of
@@ -571,7 +574,11 @@ class FlashAttentionForwardSm90:
         tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_shape_A((64, self.block_n)))
         acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, d)))
         softmax = OnlineSoftmax(
-            scale_log2, cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]), 4, self.config.sum_chains
+            scale_log2,
+            cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]),
+            4,
+            self.config.sum_chains,
+            rescale_threshold=self.config.rescale_threshold,
         )
         mask = AttentionMask(tiles.tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
         mma = SimpleNamespace(
@@ -739,7 +746,12 @@ class FlashAttentionForwardSm90:
         n_block: Int32,
         mask_rows: cutlass.Constexpr[bool],
     ) -> pipeline.PipelineState:
-        """S = Q K[n]^T and O += P V[previous tile] in flight together; softmax of S while P V finishes."""
+        """S = Q K[n]^T and O += P V[previous tile] in flight together; softmax of S while P V finishes (with
+        lazy rescaling on an unmasked tile, E against the kept max after it, straight into P)."""
+        # Lazy rescaling on an unmasked tile skips the row max. Such steps come right after the first tile
+        # (TileInfo.visit_runs: the free run first), whose U is still 0, or after another of them, which leaves
+        # row_scale at 1: so they skip rescale_o_early's multiplies too.
+        kept_max = self.config.rescale_threshold is not None and not mask_rows
         v_state = state.clone()
         state.advance()
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
@@ -749,7 +761,7 @@ class FlashAttentionForwardSm90:
         if cutlass.const_expr(not self.config.turn_before_k):
             self.take_turn(wg)
         gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, self.key_steps(mma.tSrK, state.index), True, -1)
-        if cutlass.const_expr(self.config.rescale_o_early):
+        if cutlass.const_expr(self.config.rescale_o_early and not kept_max):
             softmax.rescale_o(mma.acc_O, mma.row_scale)  # the previous tile's alpha, while Q K^T runs
         if cutlass.const_expr(self.config.pass_turn_after_qk):
             self.pass_turn(wg)
@@ -759,16 +771,23 @@ class FlashAttentionForwardSm90:
             self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
         pipes.k.consumer_release(state)
-        if cutlass.const_expr(mask_rows):
-            mask.apply(acc_S, m_block, n_block, True)
-        row_scale = softmax.update(acc_S)
-        cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
-        pipes.v.consumer_release(v_state)
-        store_probs(acc_S, mma.tOrP)
-        if cutlass.const_expr(self.config.rescale_o_early):
-            mma.row_scale.store(row_scale.load())
+        if cutlass.const_expr(kept_max):  # E against the kept max goes straight into P, so it waits for P V
+            cute.nvgpu.warpgroup.wait_group(0)
+            pipes.v.consumer_release(v_state)
+            softmax.update_against_kept_max(acc_S, mma.acc_O, cute.make_tensor(mma.tOrP.iterator, acc_S.layout))
+            if cutlass.const_expr(self.config.rescale_o_early):
+                mma.row_scale.fill(1.0)  # U is up to date: nothing left for the next step's early rescale
         else:
-            softmax.rescale_o(mma.acc_O, row_scale)
+            if cutlass.const_expr(mask_rows):
+                mask.apply(acc_S, m_block, n_block, True)
+            row_scale = softmax.update(acc_S)
+            cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
+            pipes.v.consumer_release(v_state)
+            store_probs(acc_S, mma.tOrP)
+            if cutlass.const_expr(self.config.rescale_o_early):
+                mma.row_scale.store(row_scale.load())
+            else:
+                softmax.rescale_o(mma.acc_O, row_scale)
         return state
 
     def key_steps(self, tSrK: cute.Tensor, stage: Int32) -> list[cute.Tensor]:
