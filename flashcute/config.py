@@ -190,7 +190,7 @@ def _sm80_rescale_threshold(dtype: str, bucket: int) -> float | None:
 
 def _sm90_rescale_threshold(bucket: int, masked: bool) -> float | None:
     """Sm90FwdConfig.rescale_threshold for the Hopper forward: LAZY_RESCALE_NOTE."""
-    return None if masked and bucket >= 192 else LAZY_RESCALE_THRESHOLD
+    return LAZY_RESCALE_THRESHOLD
 
 
 @functools.cache
