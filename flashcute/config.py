@@ -131,6 +131,16 @@ class FwdConfig:
 #     D=96  (128,64,4,1) 341/346 | 317/332, 345/347 | 328/345   (128,64,4,2) 339/343 | 311/324, 357/362 | 317/341
 #           (128,32,4,1) 315/320 | 299/314, 311/304 | 297/316   (128,32,4,2) 323/330 | 299/314, 308/310 | 285/307
 #           (128,128,4,2) 257/265 | 244/260, 259/271 | 243/268   -> (128,64,4,1) stays (ahead at 6 of 8)
+#   D=128 again once its steps skipped the row max on unmasked tiles (softmax.update_against_kept_max; scripts/tune.py
+#   --kernel sm80 --headdim 128 --rounds 3 on 31a6f3b, bench/results/2026-12-01-h200-s26/lease1, TFLOP/s relative to
+#   SDPA flash timed in turn, bf16 then fp16, non-causal 4k/16k | causal 4k/16k):
+#     (128,64,4,1) 1.180/1.179 | 1.143/1.177, 1.173/1.175 | 1.130/1.173
+#     (128,64,4,2) 1.159/1.161 | 1.152/1.180, 1.153/1.154 | 1.163/1.162
+#     (128,48,4,1) 1.153/1.141 | 1.119/1.169, 1.147/1.122 | 1.141/1.155   (128,32,4,1) 1.108-1.134
+#     (128,128,8,2) 0.878-0.968 (17 spill instructions), (64,64,4,2) 0.898-0.978 (none), 8-warp and split tiles
+#     0.813-0.999
+#     -> without a mask (128,64,4,1) (ahead at 4 of 4, +1.6 % to +1.8 %; the kept-max step needs fewer registers
+#     than the step the two stages were chosen for), under a mask (128,64,4,2) stays (_SM80_TILES_UNMASKED)
 # D=32 was not swept yet; it takes its neighbours' shapes within the register and shared-memory
 # budgets (acc_O holds block_m * D / threads fp32 values a thread, acc_S block_m * block_n / threads).
 # A bucket lists its choices best first; the heuristic takes the first that fits the target's shared memory.
@@ -142,6 +152,8 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
     192: ((128, 64, 8, 1),),
     256: ((128, 128, 8, 1), (128, 64, 8, 1)),
 }
+_SM80_TILES_UNMASKED: dict[int, tuple[tuple[int, ...], ...]] = {128: ((128, 64, 4, 1),)}
+"""Choices that replace a bucket's _SM80_TILES when the kernel has no mask (the note above)."""
 
 
 # LAZY_RESCALE_NOTE: lazy rescaling (FwdConfig.rescale_threshold, softmax.py): a row's running max moves only when
@@ -178,7 +190,16 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 #   D=256  1.020/0.976/1.032 | 1.014/0.999/1.041   causal 0.994/0.950/0.990 | 1.002/0.977/1.017
 # (D=192 and D=256, whose U is rescaled during the next Q K^T, with that rescale skipped in the kept-max steps) and
 #   D=32   1.111/1.168/1.182 | 1.135/1.192/1.209   causal 1.028/1.077/1.103 | 1.067/1.086/1.102   (lease4)
-# so the Hopper forward rescales lazily at every head dim but under a mask at D >= 192.
+# so the Hopper forward rescales lazily at every head dim but under a mask at D >= 192. Under a mask, with K/V tiles
+# shorter than the Q tile, the first tile walked (on the diagonal) shows no key to many rows (48-112 of 128 at D=256),
+# which then failed the kept-max check at the first unmasked tile; softmax.update_against_kept_max can let them keep
+# m = 0 there instead (Sm90FwdConfig.empty_rows_keep_zero). In one process against main 43f622c (branch
+# sm90-empty-rows with that rule and kept max under a mask at every head dim; scripts/ab_inprocess.py --kernel sm90
+# --causal yes --rounds 4; bench/results/2026-12-01-h200-s26, lease1), new/base at 1k/4k/16k, bf16 | fp16:
+#   D=64 (192x128, lazy in both) 1.031/1.029/1.007 | 1.040/0.991/1.004
+#   D=192 (lazy against eager) 0.971/1.018/1.004 | 0.997/0.989/0.994   D=256 1.023/1.015/0.993 | 1.011/0.976/1.001
+#   D=128 (128x128, no such rows; only the check's instructions) 1.001/0.993/1.005 | 0.983/0.979/0.979
+# so the rule is on where block_m > block_n (D=64), and D >= 192 under a mask stays eager.
 LAZY_RESCALE_THRESHOLD = 8.0
 _SM80_LAZY_RESCALE = frozenset({("bfloat16", 128), ("float16", 128)})
 
@@ -190,7 +211,7 @@ def _sm80_rescale_threshold(dtype: str, bucket: int) -> float | None:
 
 def _sm90_rescale_threshold(bucket: int, masked: bool) -> float | None:
     """Sm90FwdConfig.rescale_threshold for the Hopper forward: LAZY_RESCALE_NOTE."""
-    return LAZY_RESCALE_THRESHOLD
+    return None if masked and bucket >= 192 else LAZY_RESCALE_THRESHOLD
 
 
 @functools.cache
@@ -213,7 +234,8 @@ def fwd_config(
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = causal or window_right >= 0, window_left >= 0
     smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
-    for choice in (tiles,) if tiles is not None else _SM80_TILES[bucket]:
+    choices = _SM80_TILES[bucket] if mask_right or mask_left else _SM80_TILES_UNMASKED.get(bucket, _SM80_TILES[bucket])
+    for choice in (tiles,) if tiles is not None else choices:
         block_m, block_n, num_warps, num_stages, *split = choice
         config = FwdConfig(
             dtype=dtype,
@@ -281,6 +303,13 @@ class Sm90FwdConfig:
     trace_tiles: bool = False
     """True: every tile's SM, clock cycles and nanoseconds are recorded after the tile counter (a measuring aid:
     kernels/common/trace.py, scripts/tile_cycles.py; needs claim_tiles, whose tensor holds them)."""
+
+    @property
+    def empty_rows_keep_zero(self) -> bool:
+        """Whether the kept-max steps let a row still at -inf keep m = 0 (softmax.update_against_kept_max): under a
+        mask, with K/V tiles shorter than the Q tile, whose first (diagonal) tile shows no key to many rows
+        (LAZY_RESCALE_NOTE)."""
+        return (self.mask_right or self.mask_left) and self.block_m > self.block_n
 
     @property
     def num_mma_warpgroups(self) -> int:

@@ -44,12 +44,7 @@ SM90_CANDIDATES = {
         (128, 176, 2, False, True, "claim"),
     ],
     192: [(128, 96, 2, True), (128, 112, 2, True), (128, 64, 2, True), (128, 96, 2, True, False)],
-    256: [
-        (128, 80, 2, True, False),
-        (128, 80, 2, True, True),
-        (128, 80, 2, True, False, "tile"),
-        (128, 80, 2, True, False, "claim"),
-    ],
+    256: [(128, 80, 2, True, False), (128, 80, 2, True, True), (128, 64, 2, True, False), (128, 64, 2, True, True)],
 }
 CANDIDATES = {
     32: [(128, 128, 4, 1), (128, 64, 4, 1), (128, 128, 4, 2)],

@@ -112,6 +112,15 @@ def test_sm90_lazy_rescaling_by_head_dim_and_mask():
     assert variant_label(sm90_fwd_config(128, "bfloat16")).endswith("-lazy8-nomask")
 
 
+def test_sm90_empty_rows_keep_zero_under_a_mask_with_short_kv_tiles():
+    """config.LAZY_RESCALE_NOTE: only where the diagonal tile leaves rows without a key (block_m > block_n, a mask)."""
+    assert sm90_fwd_config(64, "bfloat16", causal=True).empty_rows_keep_zero
+    assert sm90_fwd_config(64, "float16", window_left=8).empty_rows_keep_zero
+    assert not sm90_fwd_config(64, "bfloat16").empty_rows_keep_zero
+    assert not sm90_fwd_config(128, "bfloat16", causal=True).empty_rows_keep_zero
+    assert sm90_fwd_config(256, "bfloat16", causal=True, rescale_threshold=8.0).empty_rows_keep_zero
+
+
 def test_sm90_k_descriptors_by_dtype_and_head_dim():
     """config.K_DESCRIPTORS_NOTE: fp16 takes the uniform stage base at D=256 and 32-bit adds below it, bf16 64-bit
     adds at every head dim but 256 without a mask (lazy rescaling there), where it takes the uniform base too;
@@ -216,6 +225,15 @@ def test_sm80_heuristic_fits_the_targets_shared_memory():
     for arch in ("sm_80", "sm_90a"):
         for config in fwd_variants(arch=arch):
             assert FlashAttentionForwardSm80.can_implement(config, arch) is None, (config, arch)
+
+
+def test_sm80_d128_tiles_by_mask():
+    """config.py's D=128 re-timing with the kept-max step: one stage without a mask, two under any mask."""
+    for dtype in ("bfloat16", "float16"):
+        for window, stages in (((-1, -1), 1), ((-1, 0), 2), ((16, -1), 2), ((16, 4), 2)):
+            config = fwd_config(128, dtype, window_left=window[0], window_right=window[1], arch="sm_90a")
+            assert (config.block_m, config.block_n, config.num_warps, config.num_stages) == (128, 64, 4, stages)
+    assert fwd_config(128, "bfloat16", tiles=(128, 64, 4, 2)).num_stages == 2
 
 
 def test_sm80_split_rows_limits():

@@ -775,7 +775,7 @@ class FlashAttentionForwardSm90:
             cute.nvgpu.warpgroup.wait_group(0)
             pipes.v.consumer_release(v_state)
             rP = cute.make_tensor(mma.tOrP.iterator, acc_S.layout)
-            softmax.update_against_kept_max(acc_S, mma.acc_O, rP, self.config.mask_right or self.config.mask_left)
+            softmax.update_against_kept_max(acc_S, mma.acc_O, rP, self.config.empty_rows_keep_zero)
             if cutlass.const_expr(self.config.rescale_o_early):
                 mma.row_scale.fill(1.0)  # U is up to date: nothing left for the next step's early rescale
         else:
