@@ -287,7 +287,7 @@ class Sm90FwdConfig:
     take_turns: bool = True
     """True: the consumer warpgroups take turns issuing their MMAs (a pair of named barriers), so one's softmax
     runs under the other's MMAs. FlashAttention-4 does so up to head dim 128 only; here every head dim does
-    but 256 without a mask (the heuristic's measurement: TAKE_TURNS_NOTE)."""
+    (the heuristic's measurement: TAKE_TURNS_NOTE)."""
     sum_chains: int = 4
     """Independent chains for each row's sum in the softmax (its max keeps 4): STEP_ORDER_NOTE."""
     turn_before_k: bool = False
@@ -379,12 +379,17 @@ class Sm90FwdConfig:
 #   (flash-attn-4 in the same runs: 665/721 | 662/704, causal 616/697 | 595/678)
 #   D=192 bf16: (128,96)e t 674/713, causal 595/679   (128,96)e nt 664/694, causal 591/682   (128,112)e t 671/707,
 #     causal 595/685   (128,64)e t 638/658, causal 564/622 -> 80-row tiles at D=256 (TAKE_TURNS_NOTE for the turns)
-# TAKE_TURNS_NOTE: the consumer warpgroups take turns at every head dim but 256 without a mask (FlashAttention-4
-# stops above 128; at D=192 the turns won 3 of 4 points above). At D=256 the sweep above favours no turns at 7 of 8
-# points (fp16 causal 16k: 645 against 651), but under a causal mask at 1k bf16 without turns fell far behind in
-# the three-round benchmark of the same tree (261 TFLOP/s against flash-attn-4's 398; fp16 428 against 442), as it
-# had on 64-row tiles in the A/B of 619e4b7 (bench/results/2026-11-30-h200-619e4b7-ab-branches: 0.776): with a mask
-# the turns stay (80-row tiles with turns, causal: 599/672 | 566/651 above, no 1k fall seen with turns).
+# TAKE_TURNS_NOTE: the consumer warpgroups take turns at every head dim (FlashAttention-4 stops above 128; until stop
+# 26 not at 256 without a mask; at D=192 the turns won 3 of 4 points above). At D=256 the sweep above favoured no
+# turns at 7 of 8 points (fp16 causal 16k: 645 against 651), but under a causal mask at 1k bf16 without turns fell far
+# behind in the three-round benchmark of the same tree (261 TFLOP/s against flash-attn-4's 398; fp16 428 against 442),
+# as it had on 64-row tiles in the A/B of 619e4b7 (bench/results/2026-11-30-h200-619e4b7-ab-branches: 0.776): with a
+# mask the turns stay (80-row tiles with turns, causal: 599/672 | 566/651 above, no 1k fall seen with turns). Once the
+# unmasked steps skipped the row max (LAZY_RESCALE_NOTE) the turns won again at D=256 without a mask: scripts/tune.py
+# --kernel sm90 --headdim 256 --seqlen 1024,4096,16384 --rounds 3 on 0ce18a9 (bench/results/2026-12-01-h200-s26,
+# lease2), TFLOP/s over flash-attn-4's timed in turn at 1k/4k/16k, bf16 | fp16: no turns 1.006/1.011/1.006 |
+# 1.019/0.999/1.043, turns 1.016/1.025/1.023 | 1.003/0.998/1.064 (64-row tiles 0.975-1.043); so every head dim and
+# mask takes turns.
 # CLAIM_TILES_NOTE: the persistent thread blocks claim their tiles under every mask. Under a causal mask tiles
 # differ in length, and claiming balanced them best from the start (08b2513). Without a mask the tiles are equal,
 # yet claiming still beat the fixed snake in scripts/tune.py --rounds 3 on one H200 (session of stop 14, working
@@ -462,7 +467,7 @@ def sm90_fwd_config(
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
-    the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), ``claim_tiles`` the
+    the consumer warpgroups take (TAKE_TURNS_NOTE), ``claim_tiles`` the
     claimed tiles (CLAIM_TILES_NOTE), and ``step_order`` (sum_chains, turn_before_k, pass_turn_after_qk)
     the order of a step's work (STEP_ORDER_NOTE), ``k_descriptors`` how K's descriptors are computed
     (K_DESCRIPTORS_NOTE), ``rescale_threshold`` the lazy rescaling of LAZY_RESCALE_NOTE ("auto": its choice)."""
@@ -485,7 +490,7 @@ def sm90_fwd_config(
         mask_left=window_left >= 0,
         rescale_o_early=bucket > 128 if rescale_o_early is None else rescale_o_early,
         claim_tiles=True if claim_tiles is None else claim_tiles,
-        take_turns=(bucket != 256 or masked) if take_turns is None else take_turns,
+        take_turns=True if take_turns is None else take_turns,
         sum_chains=sum_chains,
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,

@@ -108,7 +108,7 @@ KNOWN_SPILLS: dict[str, str] = {
         [
             f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}"
             for dtype in ("bfloat16", "float16")
-            for mask in ("noturns-lazy8-nomask", "left", "both", "right")
+            for mask in ("lazy8-nomask", "left", "both", "right")
         ],
         _SM90_D256_CLAIMS,
     ),

@@ -75,10 +75,9 @@ def test_sm90_heuristic_by_mask(window):
     assert (config.block_m, config.block_n) == (192, 128)
     assert (config.mask_right, config.mask_left) == (right >= 0, left >= 0)
     assert sm90_fwd_config(256, "bfloat16").rescale_o_early and not sm90_fwd_config(128, "bfloat16").rescale_o_early
-    for bucket in HEAD_DIM_BUCKETS:  # turns but at head dim 256 without a mask (config.TAKE_TURNS_NOTE)
-        turns = sm90_fwd_config(bucket, "bfloat16", window_left=left, window_right=right).take_turns
-        assert turns == (bucket != 256 or window != (-1, -1))
-    assert sm90_fwd_config(256, "bfloat16", take_turns=True).take_turns
+    for bucket in HEAD_DIM_BUCKETS:  # turns at every head dim and mask (config.TAKE_TURNS_NOTE)
+        assert sm90_fwd_config(bucket, "bfloat16", window_left=left, window_right=right).take_turns
+    assert not sm90_fwd_config(256, "bfloat16", take_turns=False).take_turns
     d256 = {dtype: sm90_fwd_config(256, dtype, window_left=left, window_right=right).block_n for dtype in DTYPES}
     assert d256 == {"bfloat16": 80, "float16": 80}
 
