@@ -131,6 +131,16 @@ class FwdConfig:
 #     D=96  (128,64,4,1) 341/346 | 317/332, 345/347 | 328/345   (128,64,4,2) 339/343 | 311/324, 357/362 | 317/341
 #           (128,32,4,1) 315/320 | 299/314, 311/304 | 297/316   (128,32,4,2) 323/330 | 299/314, 308/310 | 285/307
 #           (128,128,4,2) 257/265 | 244/260, 259/271 | 243/268   -> (128,64,4,1) stays (ahead at 6 of 8)
+#   D=128 again once its steps skipped the row max on unmasked tiles (softmax.update_against_kept_max; scripts/tune.py
+#   --kernel sm80 --headdim 128 --rounds 3 on 31a6f3b, bench/results/2026-12-01-h200-s26/lease1, TFLOP/s relative to
+#   SDPA flash timed in turn, bf16 then fp16, non-causal 4k/16k | causal 4k/16k):
+#     (128,64,4,1) 1.180/1.179 | 1.143/1.177, 1.173/1.175 | 1.130/1.173
+#     (128,64,4,2) 1.159/1.161 | 1.152/1.180, 1.153/1.154 | 1.163/1.162
+#     (128,48,4,1) 1.153/1.141 | 1.119/1.169, 1.147/1.122 | 1.141/1.155   (128,32,4,1) 1.108-1.134
+#     (128,128,8,2) 0.878-0.968 (17 spill instructions), (64,64,4,2) 0.898-0.978 (none), 8-warp and split tiles
+#     0.813-0.999
+#     -> without a mask (128,64,4,1) (ahead at 4 of 4, +1.6 % to +1.8 %; the kept-max step needs fewer registers
+#     than the step the two stages were chosen for), under a mask (128,64,4,2) stays (_SM80_TILES_UNMASKED)
 # D=32 was not swept yet; it takes its neighbours' shapes within the register and shared-memory
 # budgets (acc_O holds block_m * D / threads fp32 values a thread, acc_S block_m * block_n / threads).
 # A bucket lists its choices best first; the heuristic takes the first that fits the target's shared memory.
@@ -142,6 +152,8 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
     192: ((128, 64, 8, 1),),
     256: ((128, 128, 8, 1), (128, 64, 8, 1)),
 }
+_SM80_TILES_UNMASKED: dict[int, tuple[tuple[int, ...], ...]] = {128: ((128, 64, 4, 1),)}
+"""Choices that replace a bucket's _SM80_TILES when the kernel has no mask (the note above)."""
 
 
 # LAZY_RESCALE_NOTE: lazy rescaling (FwdConfig.rescale_threshold, softmax.py): a row's running max moves only when
@@ -178,7 +190,16 @@ _SM80_TILES: dict[int, tuple[tuple[int, ...], ...]] = {
 #   D=256  1.020/0.976/1.032 | 1.014/0.999/1.041   causal 0.994/0.950/0.990 | 1.002/0.977/1.017
 # (D=192 and D=256, whose U is rescaled during the next Q K^T, with that rescale skipped in the kept-max steps) and
 #   D=32   1.111/1.168/1.182 | 1.135/1.192/1.209   causal 1.028/1.077/1.103 | 1.067/1.086/1.102   (lease4)
-# so the Hopper forward rescales lazily at every head dim but under a mask at D >= 192.
+# so the Hopper forward rescales lazily at every head dim but under a mask at D >= 192. Under a mask, with K/V tiles
+# shorter than the Q tile, the first tile walked (on the diagonal) shows no key to many rows (48-112 of 128 at D=256),
+# which then failed the kept-max check at the first unmasked tile; softmax.update_against_kept_max can let them keep
+# m = 0 there instead (Sm90FwdConfig.empty_rows_keep_zero). In one process against main 43f622c (branch
+# sm90-empty-rows with that rule and kept max under a mask at every head dim; scripts/ab_inprocess.py --kernel sm90
+# --causal yes --rounds 4; bench/results/2026-12-01-h200-s26, lease1), new/base at 1k/4k/16k, bf16 | fp16:
+#   D=64 (192x128, lazy in both) 1.031/1.029/1.007 | 1.040/0.991/1.004
+#   D=192 (lazy against eager) 0.971/1.018/1.004 | 0.997/0.989/0.994   D=256 1.023/1.015/0.993 | 1.011/0.976/1.001
+#   D=128 (128x128, no such rows; only the check's instructions) 1.001/0.993/1.005 | 0.983/0.979/0.979
+# so the rule is on where block_m > block_n (D=64), and D >= 192 under a mask stays eager.
 LAZY_RESCALE_THRESHOLD = 8.0
 _SM80_LAZY_RESCALE = frozenset({("bfloat16", 128), ("float16", 128)})
 
@@ -213,7 +234,8 @@ def fwd_config(
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = causal or window_right >= 0, window_left >= 0
     smem_limit = MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
-    for choice in (tiles,) if tiles is not None else _SM80_TILES[bucket]:
+    choices = _SM80_TILES[bucket] if mask_right or mask_left else _SM80_TILES_UNMASKED.get(bucket, _SM80_TILES[bucket])
+    for choice in (tiles,) if tiles is not None else choices:
         block_m, block_n, num_warps, num_stages, *split = choice
         config = FwdConfig(
             dtype=dtype,
@@ -265,7 +287,7 @@ class Sm90FwdConfig:
     take_turns: bool = True
     """True: the consumer warpgroups take turns issuing their MMAs (a pair of named barriers), so one's softmax
     runs under the other's MMAs. FlashAttention-4 does so up to head dim 128 only; here every head dim does
-    but 256 without a mask (the heuristic's measurement: TAKE_TURNS_NOTE)."""
+    (the heuristic's measurement: TAKE_TURNS_NOTE)."""
     sum_chains: int = 4
     """Independent chains for each row's sum in the softmax (its max keeps 4): STEP_ORDER_NOTE."""
     turn_before_k: bool = False
@@ -281,6 +303,13 @@ class Sm90FwdConfig:
     trace_tiles: bool = False
     """True: every tile's SM, clock cycles and nanoseconds are recorded after the tile counter (a measuring aid:
     kernels/common/trace.py, scripts/tile_cycles.py; needs claim_tiles, whose tensor holds them)."""
+
+    @property
+    def empty_rows_keep_zero(self) -> bool:
+        """Whether the kept-max steps let a row still at -inf keep m = 0 (softmax.update_against_kept_max): under a
+        mask, with K/V tiles shorter than the Q tile, whose first (diagonal) tile shows no key to many rows
+        (LAZY_RESCALE_NOTE)."""
+        return (self.mask_right or self.mask_left) and self.block_m > self.block_n
 
     @property
     def num_mma_warpgroups(self) -> int:
@@ -350,12 +379,17 @@ class Sm90FwdConfig:
 #   (flash-attn-4 in the same runs: 665/721 | 662/704, causal 616/697 | 595/678)
 #   D=192 bf16: (128,96)e t 674/713, causal 595/679   (128,96)e nt 664/694, causal 591/682   (128,112)e t 671/707,
 #     causal 595/685   (128,64)e t 638/658, causal 564/622 -> 80-row tiles at D=256 (TAKE_TURNS_NOTE for the turns)
-# TAKE_TURNS_NOTE: the consumer warpgroups take turns at every head dim but 256 without a mask (FlashAttention-4
-# stops above 128; at D=192 the turns won 3 of 4 points above). At D=256 the sweep above favours no turns at 7 of 8
-# points (fp16 causal 16k: 645 against 651), but under a causal mask at 1k bf16 without turns fell far behind in
-# the three-round benchmark of the same tree (261 TFLOP/s against flash-attn-4's 398; fp16 428 against 442), as it
-# had on 64-row tiles in the A/B of 619e4b7 (bench/results/2026-11-30-h200-619e4b7-ab-branches: 0.776): with a mask
-# the turns stay (80-row tiles with turns, causal: 599/672 | 566/651 above, no 1k fall seen with turns).
+# TAKE_TURNS_NOTE: the consumer warpgroups take turns at every head dim (FlashAttention-4 stops above 128; until stop
+# 26 not at 256 without a mask; at D=192 the turns won 3 of 4 points above). At D=256 the sweep above favoured no
+# turns at 7 of 8 points (fp16 causal 16k: 645 against 651), but under a causal mask at 1k bf16 without turns fell far
+# behind in the three-round benchmark of the same tree (261 TFLOP/s against flash-attn-4's 398; fp16 428 against 442),
+# as it had on 64-row tiles in the A/B of 619e4b7 (bench/results/2026-11-30-h200-619e4b7-ab-branches: 0.776): with a
+# mask the turns stay (80-row tiles with turns, causal: 599/672 | 566/651 above, no 1k fall seen with turns). Once the
+# unmasked steps skipped the row max (LAZY_RESCALE_NOTE) the turns won again at D=256 without a mask: scripts/tune.py
+# --kernel sm90 --headdim 256 --seqlen 1024,4096,16384 --rounds 3 on 0ce18a9 (bench/results/2026-12-01-h200-s26,
+# lease2), TFLOP/s over flash-attn-4's timed in turn at 1k/4k/16k, bf16 | fp16: no turns 1.006/1.011/1.006 |
+# 1.019/0.999/1.043, turns 1.016/1.025/1.023 | 1.003/0.998/1.064 (64-row tiles 0.975-1.043); so every head dim and
+# mask takes turns.
 # CLAIM_TILES_NOTE: the persistent thread blocks claim their tiles under every mask. Under a causal mask tiles
 # differ in length, and claiming balanced them best from the start (08b2513). Without a mask the tiles are equal,
 # yet claiming still beat the fixed snake in scripts/tune.py --rounds 3 on one H200 (session of stop 14, working
@@ -433,7 +467,7 @@ def sm90_fwd_config(
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
-    the consumer warpgroups take (not at head dim 256 without a mask: TAKE_TURNS_NOTE), ``claim_tiles`` the
+    the consumer warpgroups take (TAKE_TURNS_NOTE), ``claim_tiles`` the
     claimed tiles (CLAIM_TILES_NOTE), and ``step_order`` (sum_chains, turn_before_k, pass_turn_after_qk)
     the order of a step's work (STEP_ORDER_NOTE), ``k_descriptors`` how K's descriptors are computed
     (K_DESCRIPTORS_NOTE), ``rescale_threshold`` the lazy rescaling of LAZY_RESCALE_NOTE ("auto": its choice)."""
@@ -456,7 +490,7 @@ def sm90_fwd_config(
         mask_left=window_left >= 0,
         rescale_o_early=bucket > 128 if rescale_o_early is None else rescale_o_early,
         claim_tiles=True if claim_tiles is None else claim_tiles,
-        take_turns=(bucket != 256 or masked) if take_turns is None else take_turns,
+        take_turns=True if take_turns is None else take_turns,
         sum_chains=sum_chains,
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,

@@ -75,10 +75,9 @@ def test_sm90_heuristic_by_mask(window):
     assert (config.block_m, config.block_n) == (192, 128)
     assert (config.mask_right, config.mask_left) == (right >= 0, left >= 0)
     assert sm90_fwd_config(256, "bfloat16").rescale_o_early and not sm90_fwd_config(128, "bfloat16").rescale_o_early
-    for bucket in HEAD_DIM_BUCKETS:  # turns but at head dim 256 without a mask (config.TAKE_TURNS_NOTE)
-        turns = sm90_fwd_config(bucket, "bfloat16", window_left=left, window_right=right).take_turns
-        assert turns == (bucket != 256 or window != (-1, -1))
-    assert sm90_fwd_config(256, "bfloat16", take_turns=True).take_turns
+    for bucket in HEAD_DIM_BUCKETS:  # turns at every head dim and mask (config.TAKE_TURNS_NOTE)
+        assert sm90_fwd_config(bucket, "bfloat16", window_left=left, window_right=right).take_turns
+    assert not sm90_fwd_config(256, "bfloat16", take_turns=False).take_turns
     d256 = {dtype: sm90_fwd_config(256, dtype, window_left=left, window_right=right).block_n for dtype in DTYPES}
     assert d256 == {"bfloat16": 80, "float16": 80}
 
@@ -110,6 +109,15 @@ def test_sm90_lazy_rescaling_by_head_dim_and_mask():
                 assert sm90_fwd_config(bucket, dtype, **mask).rescale_threshold == expected
     assert sm90_fwd_config(128, "bfloat16", rescale_threshold=None).rescale_threshold is None
     assert variant_label(sm90_fwd_config(128, "bfloat16")).endswith("-lazy8-nomask")
+
+
+def test_sm90_empty_rows_keep_zero_under_a_mask_with_short_kv_tiles():
+    """config.LAZY_RESCALE_NOTE: only where the diagonal tile leaves rows without a key (block_m > block_n, a mask)."""
+    assert sm90_fwd_config(64, "bfloat16", causal=True).empty_rows_keep_zero
+    assert sm90_fwd_config(64, "float16", window_left=8).empty_rows_keep_zero
+    assert not sm90_fwd_config(64, "bfloat16").empty_rows_keep_zero
+    assert not sm90_fwd_config(128, "bfloat16", causal=True).empty_rows_keep_zero
+    assert sm90_fwd_config(256, "bfloat16", causal=True, rescale_threshold=8.0).empty_rows_keep_zero
 
 
 def test_sm90_k_descriptors_by_dtype_and_head_dim():
@@ -216,6 +224,15 @@ def test_sm80_heuristic_fits_the_targets_shared_memory():
     for arch in ("sm_80", "sm_90a"):
         for config in fwd_variants(arch=arch):
             assert FlashAttentionForwardSm80.can_implement(config, arch) is None, (config, arch)
+
+
+def test_sm80_d128_tiles_by_mask():
+    """config.py's D=128 re-timing with the kept-max step: one stage without a mask, two under any mask."""
+    for dtype in ("bfloat16", "float16"):
+        for window, stages in (((-1, -1), 1), ((-1, 0), 2), ((16, -1), 2), ((16, 4), 2)):
+            config = fwd_config(128, dtype, window_left=window[0], window_right=window[1], arch="sm_90a")
+            assert (config.block_m, config.block_n, config.num_warps, config.num_stages) == (128, 64, 4, stages)
+    assert fwd_config(128, "bfloat16", tiles=(128, 64, 4, 2)).num_stages == 2
 
 
 def test_sm80_split_rows_limits():

@@ -155,6 +155,24 @@ def test_row_max_that_moves_across_tiles(dtype, slope, causal, kernel):
     check(q, k, v, kernel, softmax_scale=1.0, causal=causal)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("offset", [-40.0, -3.0, 0.0, 40.0])
+@pytest.mark.parametrize(("head_dim", "seqlen_q"), [(64, 1000), (64, 613), (128, 613), (192, 1000), (256, 1000)])
+def test_rows_that_reach_unmasked_tiles_without_a_key(dtype, offset, head_dim, seqlen_q, kernel):
+    """Causal, scores = offset + noise (std 0.1 sqrt(D - 1)): the Hopper kernel walks the diagonal tile first, then the
+    unmasked run, so where Q tiles are taller than K/V tiles (192 x 128 at D=64, 128 x 96 at D=192, 128 x 80 at
+    D=256) or the diagonal is off the tile grid (seqlen_q 613) rows reach an unmasked tile at m = -inf. The kept-max
+    step at D=64 takes E against 0 there and keeps m = 0 if each thread's sum lies within [1, 2^8]
+    (softmax.update_against_kept_max): at offset 0 most warps keep it, at -3 some do, at -40 (E too small) and 40
+    (too large) none, and they take the full update; elsewhere the full update handles such rows."""
+    seqlen_k = 1000
+    q = 0.1 * randn(2, seqlen_q, 2, head_dim, dtype=dtype)
+    k, v = randn(2, seqlen_k, 2, head_dim, dtype=dtype), randn(2, seqlen_k, 2, head_dim, dtype=dtype)
+    q[..., 0] = 1.0
+    k[..., 0] = offset
+    check(q, k, v, kernel, softmax_scale=1.0, causal=True)
+
+
 def test_nan_in_v_propagates_like_spec(kernel):
     q = randn(1, 64, 1, 64)
     k, v = (randn(1, 64, 1, 64) for _ in "kv")

@@ -166,36 +166,53 @@ class OnlineSoftmax:
             o[r, None].store(o[r, None].load() * row_scale[r])
 
     @cute.jit
-    def update_against_kept_max(self, acc_S: cute.Tensor, acc_O: cute.Tensor, rP: cute.Tensor):
+    def update_against_kept_max(
+        self, acc_S: cute.Tensor, acc_O: cute.Tensor, rP: cute.Tensor, empty_rows: cutlass.Constexpr[bool] = False
+    ):
         """Lazy rescaling without the row max, for an unmasked tile after the first: E = exp2(S * scale_log2 - m *
         scale_log2) against the kept max m straight away, P from E into ``rP`` (acc_S's layout, 16 bits), and
         only then the check that the tile did not need a new max: every row's sum of this thread's E at most
-        2^rescale_threshold (so each E is, too; a row still at m = -inf gives inf or NaN and fails). A warp where
-        some row fails takes the full update from S, which acc_S still holds (update: new max where it grew by more
-        than the threshold, E and P again, U *= alpha). Otherwise l += the sums, alpha = 1 and U is left alone: no
-        max, no shuffles and no multiplies of U on the common path, and the exponentials wait only for S."""
+        2^rescale_threshold (so each E is, too). A warp where some row fails takes the full update from S, which
+        acc_S still holds (update: new max where it grew by more than the threshold, E and P again, U *= alpha).
+        Otherwise l += the sums, alpha = 1 and U is left alone: no max, no shuffles and no multiplies of U on the
+        common path, and the exponentials wait only for S.
+
+        A row still at m = -inf (it has seen no key yet) fails the check (its E are inf or NaN), unless
+        ``empty_rows``: such a row then takes E against 0, and keeps m = 0 if its sum of this thread's E lies
+        within [1, 2^rescale_threshold] (l is 0, so alpha does not matter; O = U / l and LSE = scale * m + log l
+        hold for any kept m, and a sum of at least 1 keeps P's fp16 rounding where a true max would put it). The
+        Hopper kernel's masked walks need it: their first tile, on the diagonal, shows no key to up to block_m - 1
+        rows, which reach the free run next."""
         s, p = acc_rows_cols(acc_S), acc_rows_cols(rP)
         bound = Float32(2.0**self.rescale_threshold)
         sums = []
         fine = Boolean(True)
+        kept = []
         for r in cutlass.range_constexpr(cute.size(self.row_max)):
-            max_scaled = self.row_max[r] * self.scale_log2
+            kept.append(self.row_max[r])
+            if cutlass.const_expr(empty_rows):
+                kept[r] = Float32(0.0) if kept[r] == -Float32.inf else kept[r]
+            max_scaled = kept[r] * self.scale_log2
             exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
             sums.append(exps.reduce(cute.ReductionOp.ADD, Float32.zero, 0))
             p[r, None].store(exps.to(rP.element_type))
             fine = fine & (sums[r] <= bound)
+            if cutlass.const_expr(empty_rows):
+                fine = fine & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
         if cute.arch.vote_any_sync(not fine):
             row_scale = self.update(acc_S)
             self.rescale_o(acc_O, row_scale)
             store_converted(acc_S, rP)
         else:
-            self.add_row_sums(sums)
+            self.add_row_sums(sums, kept if empty_rows else None)
 
     @cute.jit
-    def add_row_sums(self, sums: list):
-        """l += this tile's sums, row by row (alpha = 1)."""
+    def add_row_sums(self, sums: list, row_max: list | None = None):
+        """l += this tile's sums, row by row (alpha = 1); m = ``row_max`` where given."""
         for r in cutlass.range_constexpr(cute.size(self.row_sum)):
             self.row_sum[r] = self.row_sum[r] + sums[r]
+            if cutlass.const_expr(row_max is not None):
+                self.row_max[r] = row_max[r]
 
     @cute.jit
     def rescale_o_lazily(self, acc_O: cute.Tensor, row_scale: cute.Tensor):

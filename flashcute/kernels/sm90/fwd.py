@@ -12,7 +12,7 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   overlaps the other's MMAs (config.take_turns; FlashAttention-4 takes turns up to head dim 128 only).
 - Lazy rescaling (config.rescale_threshold): on an unmasked K/V tile the softmax skips the row max, taking E against
   the kept max straight into P once the previous P V is done, and rescales only where a row grew by more than the
-  threshold (softmax.update_against_kept_max).
+  threshold (softmax.update_against_kept_max; under a mask a row that has seen no key yet may keep m = 0 there).
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
 - Persistent. The grid has one thread block per SM (or fewer). Each starts with tile block_idx of the order of
@@ -774,7 +774,8 @@ class FlashAttentionForwardSm90:
         if cutlass.const_expr(kept_max):  # E against the kept max goes straight into P, so it waits for P V
             cute.nvgpu.warpgroup.wait_group(0)
             pipes.v.consumer_release(v_state)
-            softmax.update_against_kept_max(acc_S, mma.acc_O, cute.make_tensor(mma.tOrP.iterator, acc_S.layout))
+            rP = cute.make_tensor(mma.tOrP.iterator, acc_S.layout)
+            softmax.update_against_kept_max(acc_S, mma.acc_O, rP, self.config.empty_rows_keep_zero)
             if cutlass.const_expr(self.config.rescale_o_early):
                 mma.row_scale.fill(1.0)  # U is up to date: nothing left for the next step's early rescale
         else:
