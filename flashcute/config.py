@@ -209,9 +209,16 @@ def _sm80_rescale_threshold(dtype: str, bucket: int) -> float | None:
     return LAZY_RESCALE_THRESHOLD if (dtype, bucket) in _SM80_LAZY_RESCALE else None
 
 
-def _sm90_rescale_threshold(bucket: int, masked: bool) -> float | None:
-    """Sm90FwdConfig.rescale_threshold for the Hopper forward: LAZY_RESCALE_NOTE."""
-    return None if masked and bucket >= 192 else LAZY_RESCALE_THRESHOLD
+def _sm90_rescale_threshold(bucket: int, masked: bool, exp_in_place: bool) -> float | None:
+    """Sm90FwdConfig.rescale_threshold for the Hopper forward: LAZY_RESCALE_NOTE, EXP_IN_PLACE_NOTE."""
+    return None if masked and bucket >= 192 and not exp_in_place else LAZY_RESCALE_THRESHOLD
+
+
+# EXP_IN_PLACE_NOTE: Sm90FwdConfig.exp_in_place, the kept-max step with its exponentials ahead of the wait for the
+# previous tile's P V (the lead of docs/perf-notes.md, stop 26: at D=256 that P V is as long as the Q K^T, and E
+# straight into P waits for it). Built and tested (tests/test_fwd.py, ALTERNATIVE_TILES), not yet timed against
+# the form it would replace, so no (head-dim bucket, masked) pair takes it yet.
+_SM90_EXP_IN_PLACE: frozenset[tuple[int, bool]] = frozenset()
 
 
 @functools.cache
@@ -300,6 +307,11 @@ class Sm90FwdConfig:
     rescale_threshold: float | None = None
     """None rescales U at every K/V tile; t >= 0: lazy rescaling as in FwdConfig, and the steps of unmasked tiles
     skip the row max (softmax.update_against_kept_max, after the wait for the previous tile's P V)."""
+    exp_in_place: bool = False
+    """With rescale_threshold: True has the steps of unmasked tiles take E into S's registers while the previous
+    tile's P V still runs, P only after it (softmax.exp_against_kept_max / settle_kept_max: a warp whose rows fail
+    the check moves their max from E, or from S computed again by FMAs); False takes E straight into P, after
+    that P V (update_against_kept_max). EXP_IN_PLACE_NOTE."""
     trace_tiles: bool = False
     """True: every tile's SM, clock cycles and nanoseconds are recorded after the tile counter (a measuring aid:
     kernels/common/trace.py, scripts/tile_cycles.py; needs claim_tiles, whose tensor holds them)."""
@@ -464,21 +476,25 @@ def sm90_fwd_config(
     step_order: tuple[int, bool, bool] | None = None,
     k_descriptors: str | None = None,
     rescale_threshold: float | str | None = "auto",
+    exp_in_place: bool | None = None,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel; ``tiles`` overrides (block_m, block_n, num_stages),
     ``rescale_o_early`` the choice made above head dim 128 (FlashAttention-4's rule), ``take_turns`` the turns
     the consumer warpgroups take (TAKE_TURNS_NOTE), ``claim_tiles`` the
     claimed tiles (CLAIM_TILES_NOTE), and ``step_order`` (sum_chains, turn_before_k, pass_turn_after_qk)
     the order of a step's work (STEP_ORDER_NOTE), ``k_descriptors`` how K's descriptors are computed
-    (K_DESCRIPTORS_NOTE), ``rescale_threshold`` the lazy rescaling of LAZY_RESCALE_NOTE ("auto": its choice)."""
+    (K_DESCRIPTORS_NOTE), ``rescale_threshold`` the lazy rescaling of LAZY_RESCALE_NOTE ("auto": its choice),
+    ``exp_in_place`` the kept-max steps' form (EXP_IN_PLACE_NOTE)."""
     bucket = head_dim_bucket(head_dim)
     masked = causal or window_left >= 0 or window_right >= 0
     block_m, block_n, num_stages = tiles if tiles is not None else _SM90_TILES[bucket][masked]
     sum_chains, turn_before_k, pass_turn_after_qk = (
         step_order if step_order is not None else _SM90_STEP_ORDER.get((bucket, masked), (4, False, False))
     )
+    if exp_in_place is None:
+        exp_in_place = (bucket, masked) in _SM90_EXP_IN_PLACE and rescale_threshold is not None
     if rescale_threshold == "auto":
-        rescale_threshold = _sm90_rescale_threshold(bucket, masked)
+        rescale_threshold = _sm90_rescale_threshold(bucket, masked, exp_in_place)
     return Sm90FwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,
@@ -496,6 +512,7 @@ def sm90_fwd_config(
         pass_turn_after_qk=pass_turn_after_qk,
         k_descriptors=k_descriptors or _k_descriptors(bucket, dtype, rescale_threshold is not None),
         rescale_threshold=rescale_threshold,
+        exp_in_place=exp_in_place,
     )
 
 

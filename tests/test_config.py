@@ -111,6 +111,18 @@ def test_sm90_lazy_rescaling_by_head_dim_and_mask():
     assert variant_label(sm90_fwd_config(128, "bfloat16")).endswith("-lazy8-nomask")
 
 
+def test_sm90_exp_in_place_is_a_kept_max_option():
+    """config.EXP_IN_PLACE_NOTE: no heuristic pick takes it yet; asked for, it brings lazy rescaling along (under a
+    mask at 192 and 256 too, where the heuristic rescales at every step), and the kernel refuses it without."""
+    assert not any(config.exp_in_place for config in sm90_fwd_variants())
+    causal256 = sm90_fwd_config(256, "bfloat16", causal=True, exp_in_place=True)
+    assert causal256.exp_in_place and causal256.rescale_threshold == LAZY_RESCALE_THRESHOLD
+    assert variant_label(causal256).endswith("-lazy8e-right")
+    assert not sm90_fwd_config(128, "bfloat16", rescale_threshold=None).exp_in_place
+    eager = dataclasses.replace(sm90_fwd_config(128, "bfloat16", rescale_threshold=None), exp_in_place=True)
+    assert "rescale_threshold" in FlashAttentionForwardSm90.can_implement(eager, "sm_90a")
+
+
 def test_sm90_empty_rows_keep_zero_under_a_mask_with_short_kv_tiles():
     """config.LAZY_RESCALE_NOTE: only where the diagonal tile leaves rows without a key (block_m > block_n, a mask)."""
     assert sm90_fwd_config(64, "bfloat16", causal=True).empty_rows_keep_zero

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import flashcute
+from flashcute.config import Sm90FwdConfig, sm90_fwd_config
 from flashcute.interface import kernel_window, launch_fwd
 from flashcute.kernels.variants import ALTERNATIVE_TILES, alternative_tile_config
 from flashcute.validation import validate_attention_args, validate_cuda_inputs
@@ -54,6 +55,47 @@ def run_poisoned(q, k, v, kernel, **options):
 def check(q, k, v, kernel, **options):
     out, lse = run_poisoned(q, k, v, kernel, **options)
     check_against_spec(out, lse, q, k, v, **options)
+
+
+def check_config(config, q, k, v, grid: int | None = None, **options):
+    """check() for one kernel config (FwdConfig or Sm90FwdConfig) launched as given, not the heuristic's pick;
+    ``grid`` caps the Hopper kernel's persistent grid (default: Sm90FwdConfig.grid_limit)."""
+    from flashcute import compile_cache
+    from flashcute.interface import _num_sms, device_arch
+    from flashcute.kernels.build import compile_fwd
+
+    args = validate_attention_args(q, k, v, **options)
+    arch = device_arch(q.device)
+    compiled = compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
+    out = torch.full_like(q, math.nan)
+    lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device="cuda")
+    tensors = (q, k, v, out, lse)
+    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
+    if isinstance(config, Sm90FwdConfig):
+        tensors += (torch.zeros(1, dtype=torch.int32, device="cuda") if config.claim_tiles else None,)
+        scalars += (grid or config.grid_limit(args.seqlen_k, _num_sms(q.device.index or 0)),)
+    compiled(*tensors, *scalars)
+    check_against_spec(out, lse, q, k, v, **options)
+
+
+@pytest.fixture(params=["heuristic", "in place"])
+def softmax_form(request, kernel) -> str:
+    """The heuristic's kernel, and for sm90 also its config with the kept-max steps' E in place of S
+    (Sm90FwdConfig.exp_in_place), whose rare paths the softmax tests below reach."""
+    if request.param == "in place" and kernel != "sm90":
+        pytest.skip("exp_in_place is a Hopper forward option")
+    return request.param
+
+
+def check_form(form: str, q, k, v, kernel, **options):
+    """check() through the heuristic, or (form "in place") with the Hopper config's exp_in_place switched on."""
+    if form == "heuristic":
+        check(q, k, v, kernel, **options)
+        return
+    left, right = kernel_window(validate_attention_args(q, k, v, **options))
+    masks = {"window_left": left, "window_right": right}
+    config = sm90_fwd_config(q.shape[-1], str(q.dtype).removeprefix("torch."), **masks, exp_in_place=True)
+    check_config(config, q, k, v, **options)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -140,37 +182,41 @@ def test_softmax_scale_and_lse(kernel):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("slope", [0.002, -0.02, 0.02, 0.2])
+@pytest.mark.parametrize("slope", [0.002, -0.02, 0.02, 0.2, 2.0])
 @pytest.mark.parametrize("causal", [False, True])
-def test_row_max_that_moves_across_tiles(dtype, slope, causal, kernel):
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_row_max_that_moves_across_tiles(dtype, slope, causal, head_dim, kernel, softmax_form):
     """Scores s_ij = slope * (seqlen - j) + noise: the kernels walk K/V from the last tile down, so with slope > 0 a
-    row's max grows at every tile, by about 0.2, 1.8 or 18 (exp2 units) a 64-key tile: below and above the lazy
-    rescale's threshold (softmax.py); with slope < 0 the first tile holds it."""
-    seqlen, head_dim = 1000, 64
+    row's max grows at every tile, by about 0.2, 1.8, 18 or 185 (exp2 units) a 64-key tile: below and above the lazy
+    rescale's threshold (softmax.py), and past what the Hopper kernel's in-place exponentials can move from E
+    (E = inf: softmax.move_kept_max computes S again); with slope < 0 the first tile holds it."""
+    seqlen = 1000
     ramp = slope * (seqlen - torch.arange(seqlen, device="cuda", dtype=torch.float32))
     q = 0.1 * randn(2, seqlen, 2, head_dim, dtype=dtype)
     k, v = (randn(2, seqlen, 2, head_dim, dtype=dtype) for _ in "kv")
     q[..., 0] = 1.0
     k[..., 0] = ramp[None, :, None].to(dtype)
-    check(q, k, v, kernel, softmax_scale=1.0, causal=causal)
+    check_form(softmax_form, q, k, v, kernel, softmax_scale=1.0, causal=causal)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("offset", [-40.0, -3.0, 0.0, 40.0])
+@pytest.mark.parametrize("offset", [-100.0, -40.0, -3.0, 0.0, 40.0, 100.0])
 @pytest.mark.parametrize(("head_dim", "seqlen_q"), [(64, 1000), (64, 613), (128, 613), (192, 1000), (256, 1000)])
-def test_rows_that_reach_unmasked_tiles_without_a_key(dtype, offset, head_dim, seqlen_q, kernel):
+def test_rows_that_reach_unmasked_tiles_without_a_key(dtype, offset, head_dim, seqlen_q, kernel, softmax_form):
     """Causal, scores = offset + noise (std 0.1 sqrt(D - 1)): the Hopper kernel walks the diagonal tile first, then the
     unmasked run, so where Q tiles are taller than K/V tiles (192 x 128 at D=64, 128 x 96 at D=192, 128 x 80 at
     D=256) or the diagonal is off the tile grid (seqlen_q 613) rows reach an unmasked tile at m = -inf. The kept-max
     step at D=64 takes E against 0 there and keeps m = 0 if each thread's sum lies within [1, 2^8]
     (softmax.update_against_kept_max): at offset 0 most warps keep it, at -3 some do, at -40 (E too small) and 40
-    (too large) none, and they take the full update; elsewhere the full update handles such rows."""
+    (too large) none, and they take the full update; elsewhere the full update handles such rows. With E in place
+    of S (Sm90FwdConfig.exp_in_place) such rows move their max from E (softmax.move_kept_max), except at -100 (E
+    flushed to 0) and 100 (E = inf), where S is computed again."""
     seqlen_k = 1000
     q = 0.1 * randn(2, seqlen_q, 2, head_dim, dtype=dtype)
     k, v = randn(2, seqlen_k, 2, head_dim, dtype=dtype), randn(2, seqlen_k, 2, head_dim, dtype=dtype)
     q[..., 0] = 1.0
     k[..., 0] = offset
-    check(q, k, v, kernel, softmax_scale=1.0, causal=True)
+    check_form(softmax_form, q, k, v, kernel, softmax_scale=1.0, causal=True)
 
 
 def test_nan_in_v_propagates_like_spec(kernel):
@@ -236,27 +282,14 @@ def test_bad_inputs_raise_before_launch(bad, message):
 @pytest.mark.parametrize("mask", MASKS[:4], ids=str)
 def test_other_tile_configs(choice, mask, kernel):
     """Tile shapes and stage counts besides the heuristic's pick, on lengths that leave partial tiles."""
-    from flashcute import compile_cache
-    from flashcute.interface import device_arch
-    from flashcute.kernels.build import compile_fwd
-
     if choice >= len(ALTERNATIVE_TILES[kernel]):
         pytest.skip(f"{kernel} has {len(ALTERNATIVE_TILES[kernel])} alternative tile configs")
     q = randn(2, 333, 4, 96)
     k, v = (randn(2, 517, 2, 96) for _ in "kv")
     args = validate_attention_args(q, k, v, **mask)
     config = alternative_tile_config(kernel, ALTERNATIVE_TILES[kernel][choice], args.window_left, args.window_right)
-    arch = device_arch(q.device)
-    compiled = compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
-    out = torch.full_like(q, math.nan)
-    lse = torch.full((2, 4, 333), math.nan, device="cuda")
-    tensors = (q, k, v, out, lse)
-    scalars = (args.softmax_scale, args.diagonal_offset, args.window_left, args.window_right)
-    if kernel == "sm90":  # its tile counter, and a persistent grid of a few thread blocks that each walk several tiles
-        tensors += (torch.zeros(1, dtype=torch.int32, device="cuda") if config.claim_tiles else None,)
-        scalars += (7,)
-    compiled(*tensors, *scalars)
-    check_against_spec(out, lse, q, k, v, **mask)
+    # sm90: a persistent grid of a few thread blocks that each walk several tiles
+    check_config(config, q, k, v, grid=7, **mask)
 
 
 @pytest.mark.parametrize("case", random_gpu_cases(seed=2026, count=40, max_seqlen=2200), ids=str)

@@ -67,7 +67,7 @@ class SassReport:
 def variant_label(config: AnyConfig) -> str:
     """A short name for a config: "bfloat16-d128-128x64w4s1-right" is bf16, head dim 128, block_m x block_n,
     4 warps, 1 K/V stage, causal-like mask ("s2n2": 2 stages and warps in pairs that split rows, FwdConfig.warps_n;
-    "-lazy8": lazy rescaling, FwdConfig.rescale_threshold 8);
+    "-lazy8": lazy rescaling, FwdConfig.rescale_threshold 8, "-lazy8e" with Sm90FwdConfig.exp_in_place);
     "d128pad" is a head dim padded up to 128; masks: nomask, right, left, both. Backward kernels start with "bwd-"
     (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic mode) or "dq-" (the deterministic dQ kernel) and
     have no stage count. Hopper forward kernels start with "sm90-" and have no warp count (one producer and
@@ -105,7 +105,10 @@ def variant_label(config: AnyConfig) -> str:
 
 def _lazy(config: FwdConfig | Sm90FwdConfig) -> str:
     """The label's note of a forward config that rescales U lazily (rescale_threshold t): "-lazy<t>"."""
-    return "" if config.rescale_threshold is None else f"-lazy{config.rescale_threshold:g}"
+    if config.rescale_threshold is None:
+        return ""
+    in_place = "e" if isinstance(config, Sm90FwdConfig) and config.exp_in_place else ""
+    return f"-lazy{config.rescale_threshold:g}{in_place}"
 
 
 def tool(name: str) -> Path:

@@ -74,12 +74,13 @@ ALTERNATIVE_TILES = {
         (128, 112, 1),
         (128, 80, 2, "no turns"),
         (128, 96, 2, "fixed order"),
+        (128, 80, 2, "in place"),
     ],
 }
 """Tile configs besides the heuristic's picks that the tests build at head dim 96: sm80 (block_m, block_n,
 num_warps, num_stages[, warps_n]), sm90 (block_m, block_n, num_stages[, "no turns": config.take_turns off;
 "fixed order": config.claim_tiles off, the snake order of a persistent grid or, under a mask with long walks, a block
-a tile])."""
+a tile; "in place": config.exp_in_place on])."""
 
 
 def alternative_tile_config(kernel: str, tiles: tuple, window_left: int, window_right: int):
@@ -93,6 +94,7 @@ def alternative_tile_config(kernel: str, tiles: tuple, window_left: int, window_
             tiles=tiles[:3],
             take_turns="no turns" not in tiles,
             claim_tiles="fixed order" not in tiles,
+            exp_in_place=True if "in place" in tiles else None,
         )
     return fwd_config(96, "bfloat16", **masks, tiles=tiles)
 

@@ -207,6 +207,83 @@ class OnlineSoftmax:
             self.add_row_sums(sums, kept if empty_rows else None)
 
     @cute.jit
+    def exp_against_kept_max(self, acc_S: cute.Tensor) -> tuple[list, list, Boolean]:
+        """update_against_kept_max's first half with E in place of S, so that it need not wait for the P V that
+        still reads P: E = exp2(S * scale_log2 - m * scale_log2) against each row's kept max m (0 for a row still
+        at -inf). Returns (this thread's sum of E per row, the kept maxima, fine): fine when every row's sum is at
+        most 2^rescale_threshold and, for a row still at -inf, at least 1. settle_kept_max finishes the update."""
+        s = acc_rows_cols(acc_S)
+        bound = Float32(2.0**self.rescale_threshold)
+        sums, kept = [], []
+        fine = Boolean(True)
+        for r in cutlass.range_constexpr(cute.size(self.row_max)):
+            empty = self.row_max[r] == -Float32.inf
+            kept.append(Float32(0.0) if empty else self.row_max[r])
+            max_scaled = kept[r] * self.scale_log2
+            s[r, None].store(cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True))
+            sums.append(row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains))
+            fine = fine & (sums[r] <= bound) & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
+        return sums, kept, fine
+
+    @cute.jit
+    def settle_kept_max(
+        self, acc_S: cute.Tensor, sums: list, kept: list, fine: Boolean, row_scale: cute.Tensor, recompute
+    ) -> Boolean:
+        """exp_against_kept_max's second half. In a warp where every row was fine: l += the sums, m = the kept
+        max (alpha = 1, U left alone). Otherwise (rare) move_kept_max puts E against a new max where a row needs
+        one and writes alpha into ``row_scale``; the caller then owes U *= alpha, once the previous tile's P V is
+        done. Returns whether it did (warp-uniform)."""
+        moved = cute.arch.vote_any_sync(not fine)
+        if moved:
+            self.move_kept_max(acc_S, sums, kept, row_scale, recompute)
+        else:
+            self.add_row_sums(sums, kept)
+        return moved
+
+    @cute.jit
+    def rescale_o_if(self, moved: Boolean, acc_O: cute.Tensor, row_scale: cute.Tensor):
+        """rescale_o in a warp where settle_kept_max returned True (``moved`` is warp-uniform: a branch)."""
+        if moved:
+            self.rescale_o(acc_O, row_scale)
+
+    @cute.jit
+    def move_kept_max(self, acc_S: cute.Tensor, sums: list, kept: list, row_scale: cute.Tensor, recompute):
+        """The update of a warp that failed exp_against_kept_max's check, from E: a row whose largest E passed
+        2^rescale_threshold, or a row still at -inf whose largest E is below 1, takes m' = m + log2(max E) /
+        scale_log2, so its E (and l, and U through ``row_scale``) shrink by alpha = exp2((m - m') * scale_log2),
+        in fp32, as exact as E against m' taken from S. Where E cannot say where the max went (E = inf: the scores
+        jumped by 2^126 or more; the largest E below 2^-100 for a row at -inf; NaN) the warp gets S back from
+        ``recompute()`` and takes the full update from it."""
+        s = acc_rows_cols(acc_S)
+        bound = Float32(2.0**self.rescale_threshold)
+        inv_scale = cute.arch.rcp_approx(self.scale_log2)
+        lost = Boolean(False)
+        alphas, new_max = [], []
+        for r in cutlass.range_constexpr(cute.size(self.row_max)):
+            e_max = quad_reduce(row_reduce(s[r, None], cute.ReductionOp.MAX, Float32(0.0), self.chains), cute.arch.fmax)
+            empty = self.row_max[r] == -Float32.inf
+            moves = (e_max > bound) | (empty & (e_max < 1.0))
+            readable = (e_max >= Float32(2.0**-100)) & (e_max <= Float32(2.0**126))
+            lost = lost | (moves & (not readable))
+            new_max.append(kept[r] + cute.math.log2(e_max, fastmath=True) * inv_scale if moves else kept[r])
+            alphas.append(cute.math.exp2((kept[r] - new_max[r]) * self.scale_log2, fastmath=True))
+        if cute.arch.vote_any_sync(lost):
+            recompute()
+            row_scale.store(self.update(acc_S).load())
+        else:
+            self.shift_rows(acc_S, sums, new_max, alphas, row_scale)
+
+    @cute.jit
+    def shift_rows(self, acc_S: cute.Tensor, sums: list, new_max: list, alphas: list, row_scale: cute.Tensor):
+        """move_kept_max's update from E: E *= alpha, l = (l + this tile's sums) * alpha, m = the new max."""
+        s = acc_rows_cols(acc_S)
+        for r in cutlass.range_constexpr(cute.size(self.row_max)):
+            s[r, None].store(s[r, None].load() * alphas[r])
+            self.row_sum[r] = (self.row_sum[r] + sums[r]) * alphas[r]
+            self.row_max[r] = new_max[r]
+            row_scale[r] = alphas[r]
+
+    @cute.jit
     def add_row_sums(self, sums: list, row_max: list | None = None):
         """l += this tile's sums, row by row (alpha = 1); m = ``row_max`` where given."""
         for r in cutlass.range_constexpr(cute.size(self.row_sum)):

@@ -19,7 +19,7 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
 from cutlass.cute.nvgpu.tcgen05.helpers import int_to_smem_descriptor, smem_descriptor_to_int
 
-from flashcute.kernels.common.layout import store_converted
+from flashcute.kernels.common.layout import acc_rows_cols, store_converted
 
 
 def make_tiled_mmas(dtype: type[cutlass.Numeric], block_n: int, head_dim: int) -> tuple[cute.TiledMma, cute.TiledMma]:
@@ -168,3 +168,22 @@ def store_probs(acc_S: cute.Tensor, tOrP: cute.Tensor):
     """P in 16 bits into the P V MMA's A fragment. With 64-row warpgroup tiles the accumulator's element order,
     ((2, 2, N/8), 1, 1), is the A fragment's ((2, 2, 2), 1, N/16), so an element-wise store converts it."""
     store_converted(acc_S, cute.make_tensor(tOrP.iterator, acc_S.layout))
+
+
+@cute.jit
+def scores_by_fma(acc_S: cute.Tensor, coords: cute.Tensor, sQ: cute.Tensor, sK: cute.Tensor):
+    """S = Q K^T again for this thread's elements of a warpgroup's (64, block_n) score tile, by fp32 FMAs from
+    shared memory, without the tensor cores (and so per warp, not per warpgroup): the slow way back to scores a
+    warp has overwritten (softmax.move_kept_max). ``coords`` is the (rows, cols) view of the accumulator's
+    (row, col) coordinates, sQ the warpgroup's (64, D) Q tile, sK the (block_n, D) K stage."""
+    s = acc_rows_cols(acc_S)
+    rows, cols = cute.size(s.shape[0]), cute.size(s.shape[1])
+    for r in cutlass.range_constexpr(rows):
+        for c in cutlass.range_constexpr(cols):
+            s[r, c] = Float32(0.0)
+    for k in cutlass.range(cute.size(sQ.shape[1]), unroll=1):
+        keys = [sK[coords[0, c][1], k].to(Float32) for c in range(cols)]
+        for r in cutlass.range_constexpr(rows):
+            q = sQ[coords[r, 0][0], k].to(Float32)
+            for c in cutlass.range_constexpr(cols):
+                s[r, c] = s[r, c] + q * keys[c]

@@ -55,6 +55,7 @@ from flashcute.kernels.common.wgmma import (
     gemm_steps,
     k_steps,
     make_tiled_mmas,
+    scores_by_fma,
     stage_steps,
     store_probs,
     transpose_view,
@@ -103,6 +104,8 @@ class FlashAttentionForwardSm90:
             return f"num_stages={config.num_stages} is below 1"
         if config.k_descriptors not in K_DESCRIPTOR_FORMS:
             return f"k_descriptors={config.k_descriptors!r} is not one of {K_DESCRIPTOR_FORMS}"
+        if config.exp_in_place and config.rescale_threshold is None:
+            return "exp_in_place=True needs a rescale_threshold (it changes the steps that keep their max)"
         if config.trace_tiles and not config.claim_tiles:
             return "trace_tiles=True needs claim_tiles=True (the records follow the tile counter)"
         if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
@@ -591,6 +594,8 @@ class FlashAttentionForwardSm90:
             tOrP=tOrP,
             acc_O=acc_O,
             row_scale=cute.make_rmem_tensor(cute.size(softmax.row_max), Float32),  # alpha, for rescale_o_early
+            sQ=sQ_wg,  # for scores_by_fma (exp_in_place)
+            sK=sK,
         )
 
         if cutlass.const_expr(self.take_turns):  # noqa: SIM102 (a compile-time test around a run-time one)
@@ -770,15 +775,27 @@ class FlashAttentionForwardSm90:
         if cutlass.const_expr(not self.config.pass_turn_after_qk):
             self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
-        pipes.k.consumer_release(state)
-        if cutlass.const_expr(kept_max):  # E against the kept max goes straight into P, so it waits for P V
+        if cutlass.const_expr(kept_max and self.config.exp_in_place):  # E in place of S while P V runs
+            sums, kept, fine = softmax.exp_against_kept_max(acc_S)
+            recompute = partial(scores_by_fma, acc_S, mask.tScS, mma.sQ, mma.sK[None, None, state.index])
+            moved = softmax.settle_kept_max(acc_S, sums, kept, fine, mma.row_scale, recompute)
+            pipes.k.consumer_release(state)  # (recompute may have read K)
+            cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
+            pipes.v.consumer_release(v_state)
+            softmax.rescale_o_if(moved, mma.acc_O, mma.row_scale)
+            store_probs(acc_S, mma.tOrP)
+            if cutlass.const_expr(self.config.rescale_o_early):
+                mma.row_scale.fill(1.0)  # U is up to date: nothing left for the next step's early rescale
+        elif cutlass.const_expr(kept_max):  # E against the kept max goes straight into P, so it waits for P V
+            pipes.k.consumer_release(state)
             cute.nvgpu.warpgroup.wait_group(0)
             pipes.v.consumer_release(v_state)
             rP = cute.make_tensor(mma.tOrP.iterator, acc_S.layout)
             softmax.update_against_kept_max(acc_S, mma.acc_O, rP, self.config.empty_rows_keep_zero)
             if cutlass.const_expr(self.config.rescale_o_early):
-                mma.row_scale.fill(1.0)  # U is up to date: nothing left for the next step's early rescale
+                mma.row_scale.fill(1.0)
         else:
+            pipes.k.consumer_release(state)
             if cutlass.const_expr(mask_rows):
                 mask.apply(acc_S, m_block, n_block, True)
             row_scale = softmax.update(acc_S)
