@@ -199,7 +199,8 @@ _SM80_TILES_UNMASKED: dict[int, tuple[tuple[int, ...], ...]] = {128: ((128, 64, 
 #   D=64 (192x128, lazy in both) 1.031/1.029/1.007 | 1.040/0.991/1.004
 #   D=192 (lazy against eager) 0.971/1.018/1.004 | 0.997/0.989/0.994   D=256 1.023/1.015/0.993 | 1.011/0.976/1.001
 #   D=128 (128x128, no such rows; only the check's instructions) 1.001/0.993/1.005 | 0.983/0.979/0.979
-# so the rule is on where block_m > block_n (D=64), and D >= 192 under a mask stays eager.
+# so the rule is on where block_m > block_n (D=64), and D >= 192 under a mask stays eager (D=256 until the kept-max
+# step with E in place of S: EXP_IN_PLACE_NOTE).
 LAZY_RESCALE_THRESHOLD = 8.0
 _SM80_LAZY_RESCALE = frozenset({("bfloat16", 128), ("float16", 128)})
 
@@ -215,10 +216,16 @@ def _sm90_rescale_threshold(bucket: int, masked: bool, exp_in_place: bool) -> fl
 
 
 # EXP_IN_PLACE_NOTE: Sm90FwdConfig.exp_in_place, the kept-max step with its exponentials ahead of the wait for the
-# previous tile's P V (the lead of docs/perf-notes.md, stop 26: at D=256 that P V is as long as the Q K^T, and E
-# straight into P waits for it). Built and tested (tests/test_fwd.py, ALTERNATIVE_TILES), not yet timed against
-# the form it would replace, so no (head-dim bucket, masked) pair takes it yet.
-_SM90_EXP_IN_PLACE: frozenset[tuple[int, bool]] = frozenset()
+# previous tile's P V (docs/perf-notes.md, stop 26's lead: at D=256 that P V is as long as the Q K^T, and E straight
+# into P waits for it; under a mask D=256 had stayed eager since the kept-max step lost there). In one process on one
+# H200 against the heuristic's kernels of 8af1eca (bench/results/2026-12-01-h200-s27, lease1, ab.log with 3 rounds and
+# ab2.log with 5), new/base at 4k/16k/1k, bf16 | fp16:
+#   D=256 causal (lazy + in place against eager)  1.030/1.013/1.026, 1.027/1.033/1.023 | 1.016/1.021/1.015,
+#                                                 1.013/1.033/1.021
+#   D=256 no mask (in place against E into P)     0.969/1.022/1.006 | 0.973/0.995/1.007
+# so D=256 under a mask takes it (lazy rescaling with it), D=256 without a mask keeps E into P, and the other head
+# dims, not timed with it, keep their forms.
+_SM90_EXP_IN_PLACE: frozenset[tuple[int, bool]] = frozenset({(256, True)})
 
 
 @functools.cache
@@ -434,7 +441,8 @@ class Sm90FwdConfig:
 #   D=128 bf16 0.992/1.005/1.000 | 0.997/0.996/0.985,  0.996/0.994/1.003 | 0.990/0.995/0.992
 # so fp16 takes "uniform" at D=256 (its step: 462 -> 435 SASS instructions) and "32bit" below it (stop 14: D=128
 # 468 -> 460), bf16 "64bit" everywhere (D=256: 425 against 426, and even on the GPU) but at D=256 with lazy
-# rescaling (LAZY_RESCALE_NOTE: without a mask), where the 64-bit form's descriptors leave the uniform registers
+# rescaling (LAZY_RESCALE_NOTE: without a mask; under one with EXP_IN_PLACE_NOTE, as timed there), where the 64-bit
+# form's descriptors leave the uniform registers
 # (free step 641 -> 585 SASS instructions with "uniform": R2UR 44 -> 16, the IMAD/IADD3 that rebuilt them gone); in
 # one process against 64-bit (bench/results/2026-12-01-h200-s25, lease5) 1.000/0.980/1.022 at 1k/4k/16k (fp16, the
 # same kernels on both sides: 0.997/1.004/1.006), so the smaller step is kept.

@@ -57,8 +57,8 @@ SM90_CONFIGS = [
     *(c for c in sm90_fwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
     # no turns below head dim 256, tiles in a fixed order, E in place of S (exp_in_place)
     *(c for c in alternative_tile_variants("sm90") if not (c.take_turns and c.claim_tiles) or c.exp_in_place),
-    # exp_in_place where it is aimed (config.EXP_IN_PLACE_NOTE): the head-dim-256 kernels
-    *(sm90_fwd_config(256, dtype, causal=causal, exp_in_place=True) for dtype in DTYPES for causal in (False, True)),
+    # exp_in_place at head dim 256 without a mask too (config.EXP_IN_PLACE_NOTE: the heuristic's pick under one)
+    *(sm90_fwd_config(256, dtype, exp_in_place=True) for dtype in DTYPES),
     dataclasses.replace(sm90_fwd_config(128, "bfloat16"), trace_tiles=True),  # scripts/tile_cycles.py's records
     *sm90_bwd_variants(exact_only=True),
     *(c for c in sm90_bwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
@@ -118,7 +118,7 @@ KNOWN_SPILLS: dict[str, str] = {
         [
             f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}"
             for dtype in ("bfloat16", "float16")
-            for mask in ("lazy8-nomask", "left", "both", "right", "lazy8e-nomask", "lazy8e-right")
+            for mask in ("lazy8-nomask", "lazy8e-nomask", "lazy8e-left", "lazy8e-both", "lazy8e-right")
         ],
         _SM90_D256_CLAIMS,
     ),

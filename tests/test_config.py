@@ -99,11 +99,12 @@ def test_sm90_step_order_by_head_dim_and_mask():
 
 def test_sm90_lazy_rescaling_by_head_dim_and_mask():
     """config.LAZY_RESCALE_NOTE: the Hopper forward rescales lazily (and skips the row max on unmasked tiles) at
-    every head dim, but under a mask at 192 and 256; ``rescale_threshold`` overrides."""
+    every head dim, but under a mask at 192 (and at 256 only with EXP_IN_PLACE_NOTE's step); ``rescale_threshold``
+    overrides."""
     for window in MASK_VARIANTS:
         mask = dict(window_left=window[0], window_right=window[1])
         for bucket in HEAD_DIM_BUCKETS:
-            lazy = bucket < 192 or window == (-1, -1)
+            lazy = bucket != 192 or window == (-1, -1)
             for dtype in DTYPES:
                 expected = LAZY_RESCALE_THRESHOLD if lazy else None
                 assert sm90_fwd_config(bucket, dtype, **mask).rescale_threshold == expected
@@ -111,13 +112,18 @@ def test_sm90_lazy_rescaling_by_head_dim_and_mask():
     assert variant_label(sm90_fwd_config(128, "bfloat16")).endswith("-lazy8-nomask")
 
 
-def test_sm90_exp_in_place_is_a_kept_max_option():
-    """config.EXP_IN_PLACE_NOTE: no heuristic pick takes it yet; asked for, it brings lazy rescaling along (under a
-    mask at 192 and 256 too, where the heuristic rescales at every step), and the kernel refuses it without."""
-    assert not any(config.exp_in_place for config in sm90_fwd_variants())
-    causal256 = sm90_fwd_config(256, "bfloat16", causal=True, exp_in_place=True)
+def test_sm90_exp_in_place_at_head_dim_256_under_a_mask():
+    """config.EXP_IN_PLACE_NOTE: the heuristic takes it at D=256 under a mask only, with lazy rescaling; asked for, it
+    brings lazy rescaling along (under a mask at 192 too, where the heuristic rescales at every step), and the kernel
+    refuses it without."""
+    picks = {(c.head_dim_padded, c.mask_right or c.mask_left) for c in sm90_fwd_variants() if c.exp_in_place}
+    assert picks == {(256, True)}
+    causal256 = sm90_fwd_config(256, "bfloat16", causal=True)
     assert causal256.exp_in_place and causal256.rescale_threshold == LAZY_RESCALE_THRESHOLD
     assert variant_label(causal256).endswith("-lazy8e-right")
+    causal192 = sm90_fwd_config(192, "float16", causal=True, exp_in_place=True)
+    assert causal192.rescale_threshold == LAZY_RESCALE_THRESHOLD
+    assert sm90_fwd_config(192, "float16", causal=True).rescale_threshold is None
     assert not sm90_fwd_config(128, "bfloat16", rescale_threshold=None).exp_in_place
     eager = dataclasses.replace(sm90_fwd_config(128, "bfloat16", rescale_threshold=None), exp_in_place=True)
     assert "rescale_threshold" in FlashAttentionForwardSm90.can_implement(eager, "sm_90a")
@@ -134,15 +140,15 @@ def test_sm90_empty_rows_keep_zero_under_a_mask_with_short_kv_tiles():
 
 def test_sm90_k_descriptors_by_dtype_and_head_dim():
     """config.K_DESCRIPTORS_NOTE: fp16 takes the uniform stage base at D=256 and 32-bit adds below it, bf16 64-bit
-    adds at every head dim but 256 without a mask (lazy rescaling there), where it takes the uniform base too;
-    ``k_descriptors`` overrides, and the kernel refuses a form it does not know."""
+    adds at every head dim but 256 (lazy rescaling there, under a mask too since EXP_IN_PLACE_NOTE), where it takes
+    the uniform base too; ``k_descriptors`` overrides, and the kernel refuses a form it does not know."""
     for window in MASK_VARIANTS:
         mask = dict(window_left=window[0], window_right=window[1])
         assert sm90_fwd_config(256, "float16", **mask).k_descriptors == "uniform"
         assert {sm90_fwd_config(d, "float16", **mask).k_descriptors for d in HEAD_DIM_BUCKETS[:-1]} == {"32bit"}
         assert {sm90_fwd_config(d, "bfloat16", **mask).k_descriptors for d in HEAD_DIM_BUCKETS[:-1]} == {"64bit"}
-        bf16_d256 = sm90_fwd_config(256, "bfloat16", **mask).k_descriptors
-        assert bf16_d256 == ("uniform" if window == (-1, -1) else "64bit")
+        assert sm90_fwd_config(256, "bfloat16", **mask).k_descriptors == "uniform"
+        assert sm90_fwd_config(256, "bfloat16", **mask, rescale_threshold=None).k_descriptors == "64bit"
     assert sm90_fwd_config(128, "bfloat16", k_descriptors="uniform").k_descriptors == "uniform"
     odd = dataclasses.replace(sm90_fwd_config(128, "bfloat16"), k_descriptors="16bit")
     assert "k_descriptors='16bit'" in FlashAttentionForwardSm90.can_implement(odd, "sm_90a")

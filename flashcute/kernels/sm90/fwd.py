@@ -13,6 +13,9 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
 - Lazy rescaling (config.rescale_threshold): on an unmasked K/V tile the softmax skips the row max, taking E against
   the kept max straight into P once the previous P V is done, and rescales only where a row grew by more than the
   threshold (softmax.update_against_kept_max; under a mask a row that has seen no key yet may keep m = 0 there).
+  With config.exp_in_place E goes into S's registers while that P V still runs, and into P after it
+  (softmax.exp_against_kept_max / settle_kept_max; a warp that fails the check moves its max from E, or from S
+  computed again by FMAs where E cannot tell: wgmma.scores_by_fma).
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
 - Persistent. The grid has one thread block per SM (or fewer). Each starts with tile block_idx of the order of
