@@ -199,8 +199,8 @@ _SM80_TILES_UNMASKED: dict[int, tuple[tuple[int, ...], ...]] = {128: ((128, 64, 
 #   D=64 (192x128, lazy in both) 1.031/1.029/1.007 | 1.040/0.991/1.004
 #   D=192 (lazy against eager) 0.971/1.018/1.004 | 0.997/0.989/0.994   D=256 1.023/1.015/0.993 | 1.011/0.976/1.001
 #   D=128 (128x128, no such rows; only the check's instructions) 1.001/0.993/1.005 | 0.983/0.979/0.979
-# so the rule is on where block_m > block_n (D=64), and D >= 192 under a mask stays eager (D=256 until the kept-max
-# step with E in place of S: EXP_IN_PLACE_NOTE).
+# so the rule is on where block_m > block_n (D=64), and D >= 192 under a mask stayed eager (until the kept-max step
+# with E in place of S: EXP_IN_PLACE_NOTE).
 LAZY_RESCALE_THRESHOLD = 8.0
 _SM80_LAZY_RESCALE = frozenset({("bfloat16", 128), ("float16", 128)})
 
@@ -223,9 +223,13 @@ def _sm90_rescale_threshold(bucket: int, masked: bool, exp_in_place: bool) -> fl
 #   D=256 causal (lazy + in place against eager)  1.030/1.013/1.026, 1.027/1.033/1.023 | 1.016/1.021/1.015,
 #                                                 1.013/1.033/1.021
 #   D=256 no mask (in place against E into P)     0.969/1.022/1.006 | 0.973/0.995/1.007
-# so D=256 under a mask takes it (lazy rescaling with it), D=256 without a mask keeps E into P, and the other head
-# dims, not timed with it, keep their forms.
-_SM90_EXP_IN_PLACE: frozenset[tuple[int, bool]] = frozenset({(256, True)})
+# and against the heuristic's kernels of 6c82ffc (bench/results/2026-12-01-h200-s28, lease1, 5 rounds, flash-attn-4
+# timed in turn beside both):
+#   D=192 causal (lazy + in place against eager)  1.024/1.004/1.005 | 1.016/0.998/1.036 (flash-attn-4: 1.016-1.077)
+#   D=256 no mask, again                          0.997/0.984/1.000 | 1.000/1.000/1.017
+# so D=192 and D=256 under a mask take it (lazy rescaling with it), D=256 without a mask keeps E into P, and the other
+# head dims, not timed with it, keep their forms.
+_SM90_EXP_IN_PLACE: frozenset[tuple[int, bool]] = frozenset({(192, True), (256, True)})
 
 
 @functools.cache

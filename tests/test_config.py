@@ -99,31 +99,30 @@ def test_sm90_step_order_by_head_dim_and_mask():
 
 def test_sm90_lazy_rescaling_by_head_dim_and_mask():
     """config.LAZY_RESCALE_NOTE: the Hopper forward rescales lazily (and skips the row max on unmasked tiles) at
-    every head dim, but under a mask at 192 (and at 256 only with EXP_IN_PLACE_NOTE's step); ``rescale_threshold``
+    every head dim and mask (at 192 and 256 under a mask with EXP_IN_PLACE_NOTE's step); ``rescale_threshold``
     overrides."""
     for window in MASK_VARIANTS:
         mask = dict(window_left=window[0], window_right=window[1])
         for bucket in HEAD_DIM_BUCKETS:
-            lazy = bucket != 192 or window == (-1, -1)
             for dtype in DTYPES:
-                expected = LAZY_RESCALE_THRESHOLD if lazy else None
-                assert sm90_fwd_config(bucket, dtype, **mask).rescale_threshold == expected
+                assert sm90_fwd_config(bucket, dtype, **mask).rescale_threshold == LAZY_RESCALE_THRESHOLD
+    assert sm90_fwd_config(192, "float16", causal=True, exp_in_place=False).rescale_threshold is None
     assert sm90_fwd_config(128, "bfloat16", rescale_threshold=None).rescale_threshold is None
     assert variant_label(sm90_fwd_config(128, "bfloat16")).endswith("-lazy8-nomask")
 
 
-def test_sm90_exp_in_place_at_head_dim_256_under_a_mask():
-    """config.EXP_IN_PLACE_NOTE: the heuristic takes it at D=256 under a mask only, with lazy rescaling; asked for, it
-    brings lazy rescaling along (under a mask at 192 too, where the heuristic rescales at every step), and the kernel
-    refuses it without."""
+def test_sm90_exp_in_place_at_head_dims_192_and_256_under_a_mask():
+    """config.EXP_IN_PLACE_NOTE: the heuristic takes it at D=192 and D=256 under a mask only, with lazy rescaling;
+    switched off there, the kernel rescales at every step; asked for elsewhere, it brings lazy rescaling along; the
+    kernel refuses it without."""
     picks = {(c.head_dim_padded, c.mask_right or c.mask_left) for c in sm90_fwd_variants() if c.exp_in_place}
-    assert picks == {(256, True)}
-    causal256 = sm90_fwd_config(256, "bfloat16", causal=True)
-    assert causal256.exp_in_place and causal256.rescale_threshold == LAZY_RESCALE_THRESHOLD
-    assert variant_label(causal256).endswith("-lazy8e-right")
-    causal192 = sm90_fwd_config(192, "float16", causal=True, exp_in_place=True)
-    assert causal192.rescale_threshold == LAZY_RESCALE_THRESHOLD
-    assert sm90_fwd_config(192, "float16", causal=True).rescale_threshold is None
+    assert picks == {(192, True), (256, True)}
+    for bucket in (192, 256):
+        causal = sm90_fwd_config(bucket, "bfloat16", causal=True)
+        assert causal.exp_in_place and causal.rescale_threshold == LAZY_RESCALE_THRESHOLD
+        assert variant_label(causal).endswith("-lazy8e-right")
+        assert sm90_fwd_config(bucket, "float16", window_left=16, exp_in_place=False).rescale_threshold is None
+    assert sm90_fwd_config(128, "float16", causal=True, exp_in_place=True).rescale_threshold == LAZY_RESCALE_THRESHOLD
     assert not sm90_fwd_config(128, "bfloat16", rescale_threshold=None).exp_in_place
     eager = dataclasses.replace(sm90_fwd_config(128, "bfloat16", rescale_threshold=None), exp_in_place=True)
     assert "rescale_threshold" in FlashAttentionForwardSm90.can_implement(eager, "sm_90a")
