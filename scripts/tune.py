@@ -10,6 +10,12 @@ tile tables cite its results. sm80 candidates are (block_m, block_n, num_warps, 
 (block_m, block_n, num_stages, rescale_o_early[, take_turns[, grid]]), where grid "tile" launches one thread block
 a tile instead of the grid Sm90FwdConfig.grid_limit picks (the persistent grid, under a mask at long walks not),
 and "claim" makes the persistent thread blocks claim their tiles (Sm90FwdConfig.claim_tiles) with or without a mask.
+
+    python scripts/tune.py --kernel sm90 --headdim 192 --causal yes --against exp_in_place=1 [--dtype float16]
+
+times, instead of the tile candidates, the heuristic's config ("heuristic") against the same config with the given
+fields of config.sm90_fwd_config / config.fwd_config overridden ("against"): 0 and 1 are booleans, AxBxC a tuple of
+ints (tiles=128x80x2), other numbers numbers, anything else a string.
 """
 
 import argparse
@@ -81,25 +87,60 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--causal", default="no,yes", help="which masks to sweep: no, yes or both")
     parser.add_argument("--rounds", type=int, default=3, help="times every run is timed, in turn; the median is kept")
+    parser.add_argument("--against", type=parse_overrides, help="KEY=VALUE[,KEY=VALUE]: heuristic against overrides")
     args = parser.parse_args()
     head_dims = [int(d) for d in args.headdim.split(",")]
     seqlens = [int(s) for s in args.seqlen.split(",")]
     masks = [{"no": False, "yes": True}[c] for c in args.causal.split(",")]
     arch = device_arch(torch.device("cuda"))
-    configs = [
-        make_config(args.kernel, d, args.dtype, causal, candidate)
+    configs = {
+        (d, causal): candidate_configs(args.kernel, d, args.dtype, causal, args.against)
         for d in head_dims
-        for candidate in (SM90_CANDIDATES if args.kernel == "sm90" else CANDIDATES)[d]
         for causal in masks
-    ]
+    }
+    todo = list(dict.fromkeys(c for named in configs.values() for c in named.values()))
     with ProcessPoolExecutor() as pool:  # fill the disk cache in parallel; the loop below then only loads
-        list(pool.map(_compile_one, configs, [arch] * len(configs)))
+        list(pool.map(_compile_one, todo, [arch] * len(todo)))
     dtype = getattr(torch, args.dtype)
     for d in head_dims:
         for causal in masks:
             for seqlen in seqlens:
-                row = sweep_point(args.kernel, arch, dtype, d, causal, seqlen, args.rounds)
+                row = sweep_point(args.kernel, configs[d, causal], arch, dtype, d, causal, seqlen, args.rounds)
+                if args.against:
+                    row["against/heuristic"] = round(row["against"] / row["heuristic"], 3)
                 print(json.dumps(row), flush=True)
+
+
+def parse_overrides(text: str) -> dict:
+    """--against's KEY=VALUE[,KEY=VALUE] as keyword arguments of the config heuristic."""
+
+    def value(v: str):
+        if v in ("0", "1"):
+            return v == "1"
+        if "x" in v:
+            return tuple(int(part) for part in v.split("x"))
+        for kind in (int, float):
+            try:
+                return kind(v)
+            except ValueError:
+                pass
+        return v
+
+    return {key: value(v) for key, v in (item.split("=", 1) for item in text.split(","))}
+
+
+def candidate_configs(kernel: str, d: int, dtype: str, causal: bool, against: dict | None) -> dict:
+    """The configs timed at one (head dim, mask), by name: the tile candidates, or the heuristic and --against's."""
+    if against is not None:
+        if kernel == "sm90":
+            heuristic = partial(sm90_fwd_config, d, dtype, causal=causal)
+        else:  # the sm80 kernel's config for the GPU it runs on, as flash_attn_func picks it
+            heuristic = partial(fwd_config, d, dtype, causal=causal, arch=device_arch(torch.device("cuda")))
+        return {"heuristic": heuristic(), "against": heuristic(**against)}
+    return {
+        str(candidate): make_config(kernel, d, dtype, causal, candidate)
+        for candidate in (SM90_CANDIDATES if kernel == "sm90" else CANDIDATES)[d]
+    }
 
 
 def make_config(kernel: str, d: int, dtype: str, causal: bool, candidate: tuple):
@@ -119,7 +160,7 @@ def make_config(kernel: str, d: int, dtype: str, causal: bool, candidate: tuple)
 
 
 def sweep_point(
-    kernel_name: str, arch: str, dtype: torch.dtype, d: int, causal: bool, seqlen: int, rounds: int
+    kernel_name: str, configs: dict, arch: str, dtype: torch.dtype, d: int, causal: bool, seqlen: int, rounds: int
 ) -> dict:
     batch, heads = 16384 // seqlen, 2048 // d
     q, k, v = (torch.randn(batch, seqlen, heads, d, device="cuda", dtype=dtype) for _ in "qkv")
@@ -139,9 +180,8 @@ def sweep_point(
     dtype_name = str(dtype).removeprefix("torch.")
     row: dict = {"dtype": dtype_name, "headdim": d, "causal": causal, "seqlen": seqlen}
     sm90 = kernel_name == "sm90"
-    for candidate in (SM90_CANDIDATES if sm90 else CANDIDATES)[d]:
-        config = make_config(kernel_name, d, dtype_name, causal, candidate)
-        one_block_a_tile = sm90 and candidate[5:] == ("tile",)
+    for name, config in configs.items():
+        one_block_a_tile = sm90 and name.endswith("'tile')")
         extra = ()
         if sm90:
             extra = (1 << 30 if one_block_a_tile else config.grid_limit(seqlen, _num_sms(torch.cuda.current_device())),)
@@ -158,8 +198,8 @@ def sweep_point(
 
         run()
         ref = attention_ref(q[:1, -256:, :2], k[:1, :, :2], v[:1, :, :2], causal=causal)
-        row[f"error {candidate}"] = (out[:1, -256:, :2].double() - ref).abs().max().item()
-        runs[str(candidate)] = run
+        row[f"error {name}"] = (out[:1, -256:, :2].double() - ref).abs().max().item()
+        runs[name] = run
     # Every run timed once a round, in turn, in bench.runner.round_order's order, and the median kept: the GPU clock
     # drifts within a process (docs/perf-notes.md, "Session of stop 12"), and at the power cap a reading depends on
     # the run before it (stop 15: the first candidate, timed after flash-attn-4, read 3-10 % low in every sweep;

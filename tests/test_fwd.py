@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.bfloat16, torch.float16]
 SEQLENS = [(1, 1), (17, 17), (64, 64), (113, 203), (239, 239), (799, 3), (3, 799), (1023, 1024), (4224, 4224)]
-HEAD_DIMS = [32, 64, 96, 128, 192, 256, 40, 72, 200]
+HEAD_DIMS = [32, 64, 96, 128, 192, 256, 40, 72, 160, 200]
 MASKS = [
     {},
     {"causal": True},
