@@ -11,14 +11,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from flashcute.config import HEAD_DIM_BUCKETS
-from flashcute.kernels.build import ARCHS
+from flashcute.kernels.common.limits import HEAD_DIM_BUCKETS
 
 COLUMNS = ("HMMA", "LDGSTS", "LDSM", "LDSM.16.MT88", "MUFU.EX2", "HGMMA", "UTMALDG")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--arch", choices=ARCHS, nargs="+", default=["sm_90a"], help="targets (default: sm_90a)")
+    parser.add_argument(
+        "--arch", choices=("sm_80", "sm_90a"), nargs="+", default=["sm_90a"], help="targets (default: sm_90a)"
+    )
     parser.add_argument(
         "--headdim", type=int, choices=HEAD_DIM_BUCKETS, nargs="+", help="head-dim buckets (default: all)"
     )
@@ -29,21 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print one row per variant; 1 if any variant failed to compile, else 0 (spills are reported, not failed)."""
-    from flashcute.kernels.sass import inspect_variants, variant_label
-    from flashcute.kernels.variants import bwd_variants, fwd_variants, sm90_bwd_variants, sm90_fwd_variants
-
-    def wanted(config) -> bool:
-        return args.headdim is None or config.head_dim_padded in args.headdim
+    from flashcute.kernels import registry
+    from flashcute.kernels.sass import inspect_variants
 
     variants = [
         (config, arch)
         for arch in args.arch
-        for config in (*fwd_variants(args.exact_only, arch), *bwd_variants(args.exact_only))
-        if wanted(config)
+        for group in registry.variants(arch, args.exact_only).values()
+        for config in group
+        if args.headdim is None or config.head_dim_padded in args.headdim
     ]
-    if "sm_90a" in args.arch:  # the Hopper kernel is built for sm_90a only
-        sm90 = (*sm90_fwd_variants(args.exact_only), *sm90_bwd_variants(args.exact_only))
-        variants += [(config, "sm_90a") for config in sm90 if wanted(config)]
     print(f"compiling {len(variants)} variants with {args.jobs} processes ...", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="flashcute-check-") as tmp:
@@ -53,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     )
     lines, failed, spilled = [header], 0, 0
     for (config, arch), report in zip(variants, reports, strict=True):
-        row = f"{arch:<7} {variant_label(config):<36}"
+        row = f"{arch:<7} {config.label:<36}"
         if isinstance(report, Exception):
             failed += 1
             lines.append(f"{row} failed: {type(report).__name__}: {report}")

@@ -5,17 +5,30 @@ compiled kernel serves every shape, stride and scalar argument, and nothing is e
 value changed. The compiled function uses TVM-FFI, so it takes torch tensors directly and launches on the
 caller's current CUDA stream.
 
-The disk cache stores each compiled kernel as an object file (``export_to_c``) under a key made of the config,
-the target architecture and a fingerprint of flashcute's kernel sources and the tool versions; a second process
-loads it instead of compiling. ``FLASHCUTE_CACHE_DIR`` moves it (default ``~/.cache/flashcute``);
-``FLASHCUTE_CACHE_DIR=off`` disables it.
+The disk cache stores each compiled kernel as an object file (``export_to_c``); a second process loads it instead
+of compiling. ``FLASHCUTE_CACHE_DIR`` moves it (default ``~/.cache/flashcute``); ``FLASHCUTE_CACHE_DIR=off``
+disables it. An entry's key is made of what changes the generated code, and nothing else:
+
+- the config: the dataclass's name and every field's value;
+- the target architecture (``sm_80``, ``sm_90a``, ...);
+- the code of the kernel sources: every ``*.py`` under ``flashcute/kernels/`` (the kernels, their builds, configs
+  and heuristics) and ``flashcute/config.py`` while it exists, each file as its syntax tree with the docstrings
+  and other bare string statements dropped, together with its path in the package. Comments, docstrings and
+  formatting leave the key as it is; a change to the code, or a file added, removed, renamed or moved, gives new
+  entries;
+- the versions of nvidia-cutlass-dsl and apache-tvm-ffi (and, through the form of its syntax trees, Python's minor
+  version).
+
+Stale entries are never read again, only left on disk; delete the folder to reclaim the space.
 """
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import dataclasses
 import functools
+import gc
 import hashlib
 import importlib.metadata
 import json
@@ -27,8 +40,6 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-# What a compiled kernel is made of: the device code, its build and its config (not the tooling beside them).
-_KERNEL_SOURCES = ("kernels/common", "kernels/sm80", "kernels/sm90", "kernels/build.py", "config.py")
 _lock = threading.Lock()
 _memory: dict[tuple[str, Any], Callable] = {}
 compile_seconds: dict[tuple[str, Any], float] = {}
@@ -41,20 +52,67 @@ def cache_dir() -> Path | None:
     return Path(setting) if setting else Path.home() / ".cache" / "flashcute"
 
 
+def _is_bare_string(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+def _drop_docstrings(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements without those that are a bare string (docstrings, attribute docstrings: none of them is code),
+    in place in every nested body; a nested body that was only such strings becomes ``pass``."""
+    kept = [statement for statement in statements if not _is_bare_string(statement)]
+    for statement in kept:
+        blocks = [statement, *getattr(statement, "handlers", ()), *getattr(statement, "cases", ())]
+        for block in blocks:
+            for field in ("body", "orelse", "finalbody"):
+                body = getattr(block, field, None)
+                if body:
+                    setattr(block, field, _drop_docstrings(body) or [ast.Pass()])
+    return kept
+
+
+def _code_of(path: Path) -> bytes:
+    """The file's code: its syntax tree without docstrings or positions (comments never reach the tree)."""
+    source = path.read_bytes()
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except (SyntaxError, ValueError):  # not Python that runs: its bytes, so that the key still follows it
+        return b"unparsed\0" + source
+    tree.body = _drop_docstrings(tree.body)
+    return ast.dump(tree, include_attributes=False).encode()
+
+
+def fingerprint_tree(root: Path) -> str:
+    """Hash of the code of the kernel sources under the package folder ``root``: every ``*.py`` under
+    ``root/kernels`` and ``root/config.py`` if it exists, each with its path relative to ``root``."""
+    paths = [p for p in (root / "kernels").rglob("*.py") if p.is_file()]
+    if (root / "config.py").is_file():
+        paths.append(root / "config.py")
+    digest = hashlib.sha256()
+    collecting = gc.isenabled()
+    gc.disable()  # the syntax trees are tens of thousands of objects and no cycles: collecting would double the time
+    try:
+        for relative, path in sorted((p.relative_to(root).as_posix(), p) for p in paths):
+            code = _code_of(path)
+            digest.update(f"{relative}\0{len(code)}\0".encode() + code)
+    finally:
+        if collecting:
+            gc.enable()
+    return digest.hexdigest()
+
+
 @functools.cache
 def source_fingerprint() -> str:
-    """Hash of the kernel sources, config.py and the tool versions: any change gives new cache entries."""
-    digest = hashlib.sha256()
-    paths = [p for source in _KERNEL_SOURCES for p in (_PACKAGE_DIR / source).glob("**/*.py")]
-    paths += [_PACKAGE_DIR / source for source in _KERNEL_SOURCES if source.endswith(".py")]
-    for path in sorted(paths):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+    """Hash of the kernel sources' code and the tool versions: a change to either gives new cache entries."""
+    digest = hashlib.sha256(fingerprint_tree(_PACKAGE_DIR).encode())
     for dist in ("nvidia-cutlass-dsl", "apache-tvm-ffi"):
         try:
-            digest.update(f"{dist}=={importlib.metadata.version(dist)}".encode())
+            digest.update(f"|{dist}=={importlib.metadata.version(dist)}".encode())
         except importlib.metadata.PackageNotFoundError:
-            digest.update(f"{dist} missing".encode())
+            digest.update(f"|{dist} missing".encode())
     return digest.hexdigest()[:16]
 
 

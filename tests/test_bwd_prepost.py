@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashcute.interface import launch_bwd_postprocess, launch_bwd_preprocess
+from flashcute.kernels.common.prepost import postprocess as launch_bwd_postprocess
+from flashcute.kernels.common.prepost import preprocess as launch_bwd_preprocess
 
 pytestmark = pytest.mark.gpu
 

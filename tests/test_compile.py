@@ -1,4 +1,9 @@
-"""Every forward- and backward-kernel variant compiled for sm_80 and sm_90a on the CPU, and its SASS read back.
+"""Kernel variants compiled for sm_80 and sm_90a on the CPU, and their SASS read back.
+
+By default one representative variant per kernel family, kernel kind and head-dim bucket is built (dtype, mask,
+target and exact or padded head dim drawn in turn, so every value of each appears); FLASHCUTE_COMPILE_ALL=1 builds
+the whole matrix (every dtype x bucket x mask on every target, padded head dims at bucket 128, and the alternative
+tiles), as CI does.
 
 The SASS must hold the seed's instructions: tensor-core MMAs (HMMA.16816.F32, .BF16 for bf16), cp.async loads
 (LDGSTS), ldmatrix reads (LDSM; LDSM.16.MT88 for the transposed V reads of P·V) and exp2 (MUFU.EX2); the backward
@@ -21,50 +26,64 @@ import sys
 
 import pytest
 
-from flashcute.config import (
-    DTYPES,
-    BwdConfig,
-    BwdPostConfig,
-    BwdPreConfig,
-    Sm90BwdConfig,
-    Sm90FwdConfig,
-    sm90_fwd_config,
-)
-from flashcute.kernels.build import ARCHS
-from flashcute.kernels.sass import AnyConfig, SassReport, _target_arch, dsl_toolkit, inspect_variants, variant_label
-from flashcute.kernels.variants import (
-    alternative_tile_variants,
-    bwd_prepost_variants,
-    bwd_variants,
-    fwd_variants,
-    sm90_bwd_variants,
-    sm90_fwd_variants,
-)
+from flashcute.kernels import registry
+from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS
+from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig
+from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants
+from flashcute.kernels.sm80.config import BwdConfig
+from flashcute.kernels.sm90.config import Sm90BwdConfig, Sm90FwdConfig, sm90_fwd_config
+from flashcute.kernels.variants import alternative_tile_variants
 
 pytestmark = pytest.mark.compile
 
+ARCHS = ("sm_80", "sm_90a")
 PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for this bucket only, to save time
-CONFIGS = [
-    *fwd_variants(exact_only=True),
-    *(config for config in fwd_variants() if config.head_dim_padded == PADDED_BUCKET and not config.exact_head_dim),
-    *bwd_variants(exact_only=True),
-    *(c for c in bwd_prepost_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
-]
-SM90_CONFIGS = [
-    # the sm80 kernel's picks that only sm_90's shared memory holds
-    *(c for c in fwd_variants(exact_only=True, arch="sm_90a") if c not in CONFIGS),
-    *sm90_fwd_variants(exact_only=True),
-    *(c for c in sm90_fwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
-    # no turns below head dim 256, tiles in a fixed order, E in place of S (exp_in_place)
-    *(c for c in alternative_tile_variants("sm90") if not (c.take_turns and c.claim_tiles) or c.exp_in_place),
-    # exp_in_place at head dim 256 without a mask too (config.EXP_IN_PLACE_NOTE: the heuristic's pick under one)
-    *(sm90_fwd_config(256, dtype, exp_in_place=True) for dtype in DTYPES),
-    dataclasses.replace(sm90_fwd_config(128, "bfloat16"), trace_tiles=True),  # scripts/tile_cycles.py's records
-    *sm90_bwd_variants(exact_only=True),
-    *(c for c in sm90_bwd_variants() if c.head_dim_padded == PADDED_BUCKET and not c.exact_head_dim),
-]
-VARIANTS = [(config, arch) for arch in ARCHS for config in CONFIGS] + [(c, "sm_90a") for c in SM90_CONFIGS]
-IDS = [f"{arch}-{variant_label(config)}" for config, arch in VARIANTS]
+
+
+def full_matrix() -> list[tuple[object, str]]:
+    """Every (config, target): the heuristics' picks exact at every bucket and padded at PADDED_BUCKET, the
+    alternative tiles with E in place of S, and E in place of S at D=256 without a mask."""
+    variants = []
+    for arch in ARCHS:
+        exact = registry.variants(arch, exact_only=True)
+        padded = registry.variants(arch, buckets=(PADDED_BUCKET,))
+        for name in exact:
+            variants += [(c, arch) for c in (*exact[name], *padded[name])]
+    in_place = [c for c in alternative_tile_variants("sm90") if c.exp_in_place]
+    in_place += [dataclasses.replace(sm90_fwd_config(256, dtype), exp_in_place=True) for dtype in DTYPES]
+    variants += [(c, "sm_90a") for c in in_place]
+    return list(dict.fromkeys(variants))
+
+
+def representative() -> list[tuple[object, str]]:
+    """One variant per family kernel kind and head-dim bucket: the i-th draw takes target, dtype and mask in turn,
+    and every other kind's bucket-128 variant is its padded head dim."""
+    variants = []
+    draw = 0
+    for name in registry.FAMILIES:
+        family = registry.family(name)
+        kinds = family.variants(family.ARCHS[0], DTYPES, HEAD_DIM_BUCKETS, registry.MASK_VARIANTS, True)
+        for kind in kinds:
+            for bucket in HEAD_DIM_BUCKETS:
+                arch = family.ARCHS[draw % len(family.ARCHS)]
+                window = registry.MASK_VARIANTS[draw % len(registry.MASK_VARIANTS)]
+                dtype = DTYPES[draw // 2 % 2]
+                padded = bucket == PADDED_BUCKET and draw // len(HEAD_DIM_BUCKETS) % 2 == 1  # as in the full matrix
+                draw += 1
+                configs = family.variants(arch, (dtype,), (bucket,), (window,), False)[kind]  # [exact, padded]
+                if configs:  # a kind may not cover every bucket (the Hopper backward)
+                    variants.append((configs[-1] if padded else configs[0], arch))
+    prepost = registry.variants("sm_80", exact_only=True)["prepost"]
+    for i, bucket in enumerate(HEAD_DIM_BUCKETS):
+        kernels = [c for c in prepost if c.head_dim_padded == bucket and c.dtype == DTYPES[i % 2]]
+        variants.append((kernels[i % len(kernels)], ARCHS[i % 2]))
+    return list(dict.fromkeys(variants))
+
+
+ALL_VARIANTS = full_matrix()
+ALL_IDS = [f"{arch}-{config.label}" for config, arch in ALL_VARIANTS]
+VARIANTS = ALL_VARIANTS if os.environ.get("FLASHCUTE_COMPILE_ALL") == "1" else representative()
+IDS = [f"{arch}-{config.label}" for config, arch in VARIANTS]
 
 # Variants that spill registers to local memory, found by compiling them all (`flashcute check --arch sm_80 sm_90a`
 # prints the same table) at commit 6ab88b2, with the reason, and re-found after the mask's selects (c12ef6c: 11 fewer
@@ -100,7 +119,7 @@ _SM90_BWD = (
     "Hopper backward, 240 registers a consumer thread: dK and dV (2 x 64 fp32 at d128, 2 x 32 at d64), S^T and dP^T "
     "(2 x 32 at d128, 2 x 64 at d64 with 128-row Q tiles) and the dQ accumulator leave a few scalars (addresses, "
     "loop counters) to spill: 8-104 bytes of stack, 6-90 spill instructions, most under masks. Measured on the H200 "
-    "at ed73b36 anyway: 1.23x-1.54x SDPA flash's backward (docs/perf-notes.md)"
+    "at ed73b36 anyway: 1.23x-1.54x SDPA flash's backward (docs/tuning-sm90.md, Backward tiles)"
 )
 _D256 = (
     "128x128 tile, 8 warps (sm_90a only: 192 KB of shared memory): acc_O 128 + acc_S 64 fp32 registers a thread "
@@ -123,7 +142,11 @@ KNOWN_SPILLS: dict[str, str] = {
         _SM90_D256_CLAIMS,
     ),
     **dict.fromkeys(
-        [i for i in IDS if i.startswith("sm_90a-sm90bwd-") and not ("bfloat16-d128" in i and i.endswith("-nomask"))],
+        [
+            i
+            for i in ALL_IDS
+            if i.startswith("sm_90a-sm90bwd-") and not ("bfloat16-d128" in i and i.endswith("-nomask"))
+        ],
         # bf16 d128 without a mask spills nothing since the operands are sliced by warpgroup; fp16 d128 without a
         # mask keeps one scalar on the stack (1 STL, 1 LDL in each step loop) since every consumer thread arrives
         # on the Q and dO stages' empty barriers (a9204d6, the race racecheck found)
@@ -268,8 +291,8 @@ def report_of(reports: dict[str, SassReport | Exception], variant_id: str) -> Sa
 
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
-def test_sass_holds_the_algorithms_instructions(reports, config: AnyConfig, arch: str):
-    report = report_of(reports, f"{arch}-{variant_label(config)}")
+def test_sass_holds_the_algorithms_instructions(reports, config, arch: str):
+    report = report_of(reports, f"{arch}-{config.label}")
     assert report.arch == arch  # the cubin is really for the target asked for
     if isinstance(config, BwdPreConfig | BwdPostConfig):
         # O, dO and dQaccum are read 16 bytes a load; dQaccum (zeroed) and dQ written 16 bytes a store; D 4 bytes
@@ -285,11 +308,10 @@ def test_sass_holds_the_algorithms_instructions(reports, config: AnyConfig, arch
             assert report.count(opcode) > 0, f"no {opcode} in the SASS"
         for opcode in ("HMMA", "LDGSTS"):
             assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
-        # claimed tiles: one atomic add on the counter per tile the producer warp claims, none in a fixed order
-        assert (report.count("ATOMG.E.ADD") > 0) == config.claim_tiles, report.opcodes
+        # claimed tiles: one atomic add on the counter per tile the producer warp claims
+        assert report.count("ATOMG.E.ADD") > 0, report.opcodes
         # taking turns: each consumer warpgroup hands the MMA turn on with a named-barrier arrive
-        taking_turns = config.take_turns and config.num_mma_warpgroups > 1
-        assert (report.count("BAR.ARV") > 0) == taking_turns, report.opcodes
+        assert (report.count("BAR.ARV") > 0) == (config.num_mma_warpgroups > 1), report.opcodes
         # P and O go to 16 bits two values an F2FP, none one at a time and packed by a PRMT (layout.store_converted)
         assert report.count("PRMT") == 0, report.opcodes
         return
@@ -311,8 +333,8 @@ def test_sass_holds_the_algorithms_instructions(reports, config: AnyConfig, arch
 
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)
-def test_no_register_spills_but_the_known_ones(reports, config: AnyConfig, arch: str):
-    variant_id = f"{arch}-{variant_label(config)}"
+def test_no_register_spills_but_the_known_ones(reports, config, arch: str):
+    variant_id = f"{arch}-{config.label}"
     report = report_of(reports, variant_id)
     found = f"{report.registers} registers, {report.stack_bytes} bytes of stack, {report.count('STL')} STL"
     if variant_id in KNOWN_SPILLS or variant_id in KNOWN_SPILLS_BY_TOOLKIT[dsl_toolkit()]:
@@ -324,9 +346,9 @@ def test_no_register_spills_but_the_known_ones(reports, config: AnyConfig, arch:
 
 
 def test_known_spills_name_compiled_variants():
-    assert set(KNOWN_SPILLS) <= set(IDS)
+    assert set(KNOWN_SPILLS) <= set(ALL_IDS)
     for toolkit, names in KNOWN_SPILLS_BY_TOOLKIT.items():
-        assert set(names) <= set(IDS) - set(KNOWN_SPILLS), toolkit
+        assert set(names) <= set(ALL_IDS) - set(KNOWN_SPILLS), toolkit
 
 
 @pytest.mark.parametrize(
@@ -346,8 +368,8 @@ def test_target_arch_from_either_disassembly_layout(disassembly: str, arch: str 
 CACHE_SCRIPT = """
 import sys
 from flashcute import compile_cache
-from flashcute.config import fwd_config
-from flashcute.kernels.build import compile_fwd
+from flashcute.kernels.sm80.config import fwd_config
+from flashcute.kernels.sm80.family import compile
 
 config = fwd_config(32, "float16")
 
@@ -356,7 +378,7 @@ def refuse():
     raise AssertionError("compiled although the kernel is in the disk cache")
 
 
-build = (lambda: compile_fwd(config, "sm_80")) if sys.argv[1] == "compile" else refuse
+build = (lambda: compile(config, "sm_80")) if sys.argv[1] == "compile" else refuse
 kernel = compile_cache.get_compiled("sm_80", config, build)
 print(callable(kernel), type(kernel).__name__)
 """

@@ -4,14 +4,16 @@ Every test runs once per kernel (sm80: mma.sync; sm90: TMA + wgmma, on sm_90 onl
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 import flashcute
-from flashcute.config import Sm90FwdConfig, sm90_fwd_config
 from flashcute.interface import kernel_window, launch_fwd
+from flashcute.kernels import registry
+from flashcute.kernels.sm90.config import sm90_fwd_config
 from flashcute.kernels.variants import ALTERNATIVE_TILES, alternative_tile_config
 from flashcute.validation import validate_attention_args, validate_cuda_inputs
 from tests.helpers import check_against_spec, random_gpu_cases
@@ -57,24 +59,15 @@ def check(q, k, v, kernel, **options):
     check_against_spec(out, lse, q, k, v, **options)
 
 
-def check_config(config, q, k, v, grid: int | None = None, **options):
-    """check() for one kernel config (FwdConfig or Sm90FwdConfig) launched as given, not the heuristic's pick;
-    ``grid`` caps the Hopper kernel's persistent grid (default: Sm90FwdConfig.grid_limit)."""
-    from flashcute import compile_cache
-    from flashcute.interface import _num_sms, device_arch
-    from flashcute.kernels.build import compile_fwd
-
+def check_config(kernel: str, config, q, k, v, **options):
+    """check() for one kernel config launched as given, not the heuristic's pick; the Hopper kernel on a persistent
+    grid of 7 thread blocks that each claim several tiles."""
     args = validate_attention_args(q, k, v, **options)
-    arch = device_arch(q.device)
-    compiled = compile_cache.get_compiled(arch, config, lambda: compile_fwd(config, arch))
     out = torch.full_like(q, math.nan)
     lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device="cuda")
-    tensors = (q, k, v, out, lse)
+    grid = {"grid": 7} if kernel == "sm90" else {}
     scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
-    if isinstance(config, Sm90FwdConfig):
-        tensors += (torch.zeros(1, dtype=torch.int32, device="cuda") if config.claim_tiles else None,)
-        scalars += (grid or config.grid_limit(args.seqlen_k, _num_sms(q.device.index or 0)),)
-    compiled(*tensors, *scalars)
+    registry.family(kernel).forward(q, k, v, out, lse, *scalars, config=config, **grid)
     check_against_spec(out, lse, q, k, v, **options)
 
 
@@ -92,10 +85,9 @@ def check_form(form: str, q, k, v, kernel, **options):
     if form == "heuristic":
         check(q, k, v, kernel, **options)
         return
-    left, right = kernel_window(validate_attention_args(q, k, v, **options))
-    masks = {"window_left": left, "window_right": right}
-    config = sm90_fwd_config(q.shape[-1], str(q.dtype).removeprefix("torch."), **masks, exp_in_place=True)
-    check_config(config, q, k, v, **options)
+    window = kernel_window(validate_attention_args(q, k, v, **options))
+    config = sm90_fwd_config(q.shape[-1], str(q.dtype).removeprefix("torch."), *window)
+    check_config(kernel, dataclasses.replace(config, exp_in_place=True), q, k, v, **options)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -207,7 +199,7 @@ def test_rows_that_reach_unmasked_tiles_without_a_key(dtype, offset, head_dim, s
     unmasked run, so where Q tiles are taller than K/V tiles (192 x 128 at D=64, 128 x 96 at D=192, 128 x 80 at
     D=256) or the diagonal is off the tile grid (seqlen_q 613) rows reach an unmasked tile at m = -inf. The kept-max
     step at D=64 takes E against 0 there and keeps m = 0 if each thread's sum lies within [1, 2^8]
-    (softmax.update_against_kept_max): at offset 0 most warps keep it, at -3 some do, at -40 (E too small) and 40
+    (softmax.online_softmax_kept_max): at offset 0 most warps keep it, at -3 some do, at -40 (E too small) and 40
     (too large) none, and they take the full update; elsewhere the full update handles such rows. With E in place
     of S (Sm90FwdConfig.exp_in_place) such rows move their max from E (softmax.move_kept_max), except at -100 (E
     flushed to 0) and 100 (E = inf), where S is computed again."""
@@ -288,8 +280,7 @@ def test_other_tile_configs(choice, mask, kernel):
     k, v = (randn(2, 517, 2, 96) for _ in "kv")
     args = validate_attention_args(q, k, v, **mask)
     config = alternative_tile_config(kernel, ALTERNATIVE_TILES[kernel][choice], args.window_left, args.window_right)
-    # sm90: a persistent grid of a few thread blocks that each walk several tiles
-    check_config(config, q, k, v, grid=7, **mask)
+    check_config(kernel, config, q, k, v, **mask)
 
 
 @pytest.mark.parametrize("case", random_gpu_cases(seed=2026, count=40, max_seqlen=2200), ids=str)

@@ -139,7 +139,7 @@ def test_tile_size_errors(block_m, block_n, error, message):
 
 
 def test_tma_addressable_materializes_broadcast_dims_only():
-    from flashcute.interface import tma_addressable
+    from flashcute.kernels.sm90.family import tma_addressable
 
     k = torch.randn(1, 64, 2, 32).expand(3, 64, 2, 32)
     dense = tma_addressable(k)

@@ -1,6 +1,6 @@
 """What the compiler made of a kernel, read without a GPU: SASS opcodes, registers, stack and spills.
 
-`compile_fwd` keeps the cubin of a compile (``--keep-cubin``); ``nvdisasm -c`` (wheel ``nvidia-cuda-nvdisasm``)
+A compile with a ``dump_dir`` keeps its cubin (``--keep-cubin``); ``nvdisasm -c`` (wheel ``nvidia-cuda-nvdisasm``)
 disassembles it and ``cuobjdump --dump-resource-usage`` (wheel ``nvidia-cuda-cuobjdump``) reports registers and
 stack. Register spills to local memory show as ``STL`` / ``LDL`` instructions. `inspect_variants` compiles many
 (config, arch) pairs in parallel worker processes; `flashcute check` and tests/test_compile.py use it.
@@ -21,16 +21,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashcute.config import BwdConfig, BwdPostConfig, BwdPreConfig, DQConfig, FwdConfig, Sm90BwdConfig, Sm90FwdConfig
-
-AnyConfig = FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig
-
 # `/*0a40*/  @!P0 LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64] ;` -> "LDGSTS.E.BYPASS.LTC128B.128"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
 _RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+)")
 _SM = re.compile(r"EF_CUDA_SM(\d+)\b")
 _TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)", re.MULTILINE)
-MASK_NAMES = {(False, False): "nomask", (True, False): "right", (False, True): "left", (True, True): "both"}
 
 
 @dataclass(frozen=True)
@@ -62,53 +57,6 @@ class SassReport:
     @property
     def instructions(self) -> int:
         return sum(self.opcodes.values())
-
-
-def variant_label(config: AnyConfig) -> str:
-    """A short name for a config: "bfloat16-d128-128x64w4s1-right" is bf16, head dim 128, block_m x block_n,
-    4 warps, 1 K/V stage, causal-like mask ("s2n2": 2 stages and warps in pairs that split rows, FwdConfig.warps_n;
-    "-lazy8": lazy rescaling, FwdConfig.rescale_threshold 8, "-lazy8e" with Sm90FwdConfig.exp_in_place);
-    "d128pad" is a head dim padded up to 128; masks: nomask, right, left, both. Backward kernels start with "bwd-"
-    (dK/dV with dQ atomics), "bwdnodq-" (dK/dV alone, deterministic mode) or "dq-" (the deterministic dQ kernel) and
-    have no stage count. Hopper forward kernels start with "sm90-" and have no warp count (one producer and
-    block_m / 64 consumer warpgroups; "-noturns" where those do not take turns, "-fixed" where the thread blocks take
-    their tiles in a fixed order, not claimed, "-traced" with tile records, "-lazy8" as above); the Hopper backward
-    starts with "sm90bwd-". The backward's preprocess ("bwdpre-", "-zerodq" when it also zeroes dQaccum) and postprocess
-    ("bwdpost-") have rows per thread block and warps, and no mask: "bwdpre-bfloat16-d128-64w4-zerodq".
-    """
-    head_dim = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
-    if isinstance(config, BwdPostConfig):
-        return f"bwdpost-{config.dtype}-{head_dim}-{config.block_m}w{config.num_warps}"
-    if isinstance(config, BwdPreConfig):
-        zero = "-zerodq" if config.clear_dq_accum else ""
-        return f"bwdpre-{config.dtype}-{head_dim}-{config.block_m}w{config.num_warps}{zero}"
-    mask = MASK_NAMES[config.mask_right, config.mask_left]
-    if isinstance(config, Sm90FwdConfig):
-        early = "-early" if config.rescale_o_early else ""
-        turns = "" if config.take_turns else "-noturns"
-        order = "" if config.claim_tiles else "-fixed"
-        traced = "-traced" if config.trace_tiles else ""
-        tiles = f"{config.block_m}x{config.block_n}s{config.num_stages}"
-        return f"sm90-{config.dtype}-{head_dim}-{tiles}{early}{turns}{order}{traced}{_lazy(config)}-{mask}"
-    if isinstance(config, Sm90BwdConfig):
-        return f"sm90bwd-{config.dtype}-{head_dim}-{config.block_m}x{config.block_n}s{config.num_stages}-{mask}"
-    tiles = f"{config.block_m}x{config.block_n}w{config.num_warps}"
-    prefix = ""
-    if isinstance(config, BwdConfig):
-        prefix = "bwd-" if config.accumulate_dq else "bwdnodq-"
-    elif isinstance(config, DQConfig):
-        prefix = "dq-"
-    else:
-        tiles += f"s{config.num_stages}" + (f"n{config.warps_n}" if config.warps_n > 1 else "") + _lazy(config)
-    return f"{prefix}{config.dtype}-{head_dim}-{tiles}-{mask}"
-
-
-def _lazy(config: FwdConfig | Sm90FwdConfig) -> str:
-    """The label's note of a forward config that rescales U lazily (rescale_threshold t): "-lazy<t>"."""
-    if config.rescale_threshold is None:
-        return ""
-    in_place = "e" if isinstance(config, Sm90FwdConfig) and config.exp_in_place else ""
-    return f"-lazy{config.rescale_threshold:g}{in_place}"
 
 
 def tool(name: str) -> Path:
@@ -173,20 +121,20 @@ def inspect_cubin(cubin: Path) -> SassReport:
     return SassReport(arch=arch, registers=registers, stack_bytes=stack_bytes, opcodes=dict(opcodes))
 
 
-def compile_and_inspect(config: AnyConfig, arch: str, dump_dir: Path) -> SassReport:
+def compile_and_inspect(config, arch: str, dump_dir: Path) -> SassReport:
     """Compile the kernel for ``config`` and ``arch`` into ``dump_dir`` (emptied first) and inspect it."""
-    from flashcute.kernels.build import compile_kernel
+    from flashcute.kernels.registry import compile_any
 
     shutil.rmtree(dump_dir, ignore_errors=True)
     start = time.perf_counter()
-    compile_kernel(config, arch, dump_dir)
+    compile_any(config, arch, dump_dir)
     seconds = time.perf_counter() - start
     (cubin,) = dump_dir.glob("*.cubin")
     return dataclasses.replace(inspect_cubin(cubin), seconds=seconds)
 
 
 def inspect_variants(
-    variants: Sequence[tuple[AnyConfig, str]], dump_root: Path, jobs: int
+    variants: Sequence[tuple[object, str]], dump_root: Path, jobs: int
 ) -> list[SassReport | Exception]:
     """`compile_and_inspect` each (config, arch) in ``jobs`` worker processes; a failed compile gives its exception.
 
@@ -197,7 +145,7 @@ def inspect_variants(
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(jobs, mp_context=context) as pool:
         futures = [
-            pool.submit(compile_and_inspect, config, arch, dump_root / f"{arch}-{variant_label(config)}")
+            pool.submit(compile_and_inspect, config, arch, dump_root / f"{arch}-{config.label}")
             for config, arch in variants
         ]
         return [future.exception() or future.result() for future in futures]

@@ -2,154 +2,72 @@
 
     python -m flashcute.kernels.variants --arch sm_90a --jobs 16
 
-compiles each variant once (one process per variant) so that later processes load kernels instead of compiling.
+compiles each variant the heuristics pick (and the alternative tiles the GPU tests run) once, one process per
+variant, so that later processes load kernels instead of compiling.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import dataclasses
 import itertools
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from flashcute.config import (
-    DTYPES,
-    HEAD_DIM_BUCKETS,
-    BwdConfig,
-    BwdPostConfig,
-    BwdPreConfig,
-    DQConfig,
-    FwdConfig,
-    Sm90BwdConfig,
-    Sm90FwdConfig,
-    bwd_config,
-    bwd_post_config,
-    bwd_pre_config,
-    dq_config,
-    fwd_config,
-    sm90_bwd_config,
-    sm90_bwd_supports,
-    sm90_fwd_config,
-)
+from flashcute.kernels import registry
 
-# (window_left, window_right) pairs that reach each mask variant: none, causal, sliding window, left-only window
-MASK_VARIANTS = ((-1, -1), (-1, 0), (8, 8), (8, -1))
-
-
-def _variants(make_config, exact_only: bool, buckets: tuple[int, ...] = HEAD_DIM_BUCKETS) -> list:
-    configs = []
-    for dtype, bucket, (left, right) in itertools.product(DTYPES, buckets, MASK_VARIANTS):
-        head_dims = (bucket,) if exact_only else (bucket, bucket - 8)
-        configs += [make_config(d, dtype, window_left=left, window_right=right) for d in head_dims]
-    return configs
-
-
-def fwd_variants(exact_only: bool = False, arch: str = "sm_80") -> list[FwdConfig]:
-    """The heuristic's config for every dtype x head-dim bucket x mask variant (x exact/padded head dim) on target
-    ``arch`` (its shared memory can change the pick)."""
-    return _variants(functools.partial(fwd_config, arch=arch), exact_only)
-
-
-def sm90_fwd_variants(exact_only: bool = False) -> list[Sm90FwdConfig]:
-    """The Hopper forward kernel's configs, as fwd_variants (built for sm_90a only)."""
-    return _variants(sm90_fwd_config, exact_only)
-
-
-def sm90_bwd_variants(exact_only: bool = False) -> list[Sm90BwdConfig]:
-    """The Hopper backward kernel's configs, per dtype x its head-dim buckets x mask variant (x exact/padded)."""
-    return _variants(sm90_bwd_config, exact_only, tuple(b for b in HEAD_DIM_BUCKETS if sm90_bwd_supports(b)))
-
-
-# Tile choices besides the heuristics' that the GPU tests run (tests/test_fwd.py), at head dim 96, bf16: sm80
-# (block_m, block_n, num_warps, num_stages[, warps_n]), sm90 (block_m, block_n, num_stages).
+# Tile choices besides the heuristics' that the GPU tests run at head dim 96, bf16, by family: the fields of the
+# heuristic's forward config they replace.
 ALTERNATIVE_TILES = {
-    "sm80": [(128, 64, 4, 2), (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1), (128, 64, 8, 1, 2), (64, 64, 4, 2, 2)],
+    "sm80": [
+        {"num_stages": 2},
+        {"block_m": 64, "block_n": 64},
+        {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 2},
+        {"block_n": 128, "num_warps": 8},
+    ],
     "sm90": [
-        (64, 128, 2),
-        (192, 128, 2),
-        (128, 64, 3),
-        (128, 176, 2),
-        (128, 112, 1),
-        (128, 80, 2, "no turns"),
-        (128, 96, 2, "fixed order"),
-        (128, 80, 2, "in place"),
+        {"block_m": 64},
+        {"block_m": 192},
+        {"block_n": 176},
+        {"block_n": 80, "exp_in_place": True},
     ],
 }
-"""Tile configs besides the heuristic's picks that the tests build at head dim 96: sm80 (block_m, block_n,
-num_warps, num_stages[, warps_n]), sm90 (block_m, block_n, num_stages[, "no turns": config.take_turns off;
-"fixed order": config.claim_tiles off, the snake order of a persistent grid or, under a mask with long walks, a block
-a tile; "in place": config.exp_in_place on])."""
 
 
-def alternative_tile_config(kernel: str, tiles: tuple, window_left: int, window_right: int):
-    """The test's config for one of ALTERNATIVE_TILES[kernel] under a mask."""
-    masks = {"window_left": window_left, "window_right": window_right}
-    if kernel == "sm90":
-        return sm90_fwd_config(
-            96,
-            "bfloat16",
-            **masks,
-            tiles=tiles[:3],
-            take_turns="no turns" not in tiles,
-            claim_tiles="fixed order" not in tiles,
-            exp_in_place=True if "in place" in tiles else None,
-        )
-    return fwd_config(96, "bfloat16", **masks, tiles=tiles)
+def alternative_tile_config(family: str, fields: dict, window_left: int, window_right: int):
+    """The heuristic's head-dim-96 bf16 forward config of ``family`` under a mask, with ``fields`` replaced."""
+    configs = registry.family(family).variants(
+        registry.family(family).ARCHS[-1], ("bfloat16",), (96,), ((window_left, window_right),), True
+    )["fwd"]
+    return dataclasses.replace(configs[0], **fields)
 
 
-def alternative_tile_variants(kernel: str) -> list[FwdConfig | Sm90FwdConfig]:
+def alternative_tile_variants(family: str) -> list:
     return [
-        alternative_tile_config(kernel, tiles, left, right)
-        for tiles in ALTERNATIVE_TILES[kernel]
-        for left, right in MASK_VARIANTS[:3]
+        alternative_tile_config(family, fields, left, right)
+        for fields in ALTERNATIVE_TILES[family]
+        for left, right in registry.MASK_VARIANTS[:3]
     ]
 
 
-def bwd_prepost_variants(exact_only: bool = False) -> list[BwdPreConfig | BwdPostConfig]:
-    """The backward's preprocess (zeroing dQaccum or not) and postprocess, per dtype x head-dim bucket (x
-    exact/padded head dim); they have no mask."""
-    configs = []
-    for dtype, bucket in itertools.product(DTYPES, HEAD_DIM_BUCKETS):
-        for d in (bucket,) if exact_only else (bucket, bucket - 8):
-            configs += [bwd_pre_config(d, dtype), bwd_pre_config(d, dtype, clear_dq_accum=False)]
-            configs.append(bwd_post_config(d, dtype))
-    return configs
+def all_variants(arch: str, exact_only: bool = False, only: list[str] | None = None) -> list:
+    """The heuristics' configs on ``arch`` (the groups of registry.variants named in ``only``, default all) and
+    the alternative tiles of each family built for ``arch``."""
+    groups = registry.variants(arch, exact_only)
+    configs = [c for name, group in groups.items() if only is None or name in only for c in group]
+    for name in registry.FAMILIES:
+        if arch in registry.family(name).ARCHS and (only is None or f"{name}-fwd" in only):
+            configs += alternative_tile_variants(name)
+    return list(dict.fromkeys(configs))
 
 
-def bwd_variants(exact_only: bool = False) -> list[BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig]:
-    """Every backward kernel the heuristics pick, per dtype x head-dim bucket x mask variant (x exact/padded):
-    the dK/dV kernel with dQ atomics, the same without them, and the deterministic dQ kernel; then the
-    preprocess and postprocess around them."""
-    return [
-        *_variants(bwd_config, exact_only),
-        *_variants(functools.partial(bwd_config, deterministic=True), exact_only),
-        *_variants(dq_config, exact_only),
-        *bwd_prepost_variants(exact_only),
-    ]
-
-
-# Kernel families for --only: what a GPU test of one kernel needs (the backward's tests also run the
-# preprocess and postprocess).
-FAMILIES = {
-    "sm80-fwd": lambda exact_only, arch: [*fwd_variants(exact_only, arch), *alternative_tile_variants("sm80")],
-    "sm80-bwd": lambda exact_only, arch: bwd_variants(exact_only),
-    "sm90-fwd": lambda exact_only, arch: [*sm90_fwd_variants(exact_only), *alternative_tile_variants("sm90")],
-    "sm90-bwd": lambda exact_only, arch: [*sm90_bwd_variants(exact_only), *bwd_prepost_variants(exact_only)],
-}
-
-
-def _compile_one(
-    config: FwdConfig | Sm90FwdConfig | BwdConfig | Sm90BwdConfig | DQConfig | BwdPreConfig | BwdPostConfig,
-    arch: str,
-) -> float:
+def _compile_one(config, arch: str) -> float:
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from flashcute import compile_cache
-    from flashcute.kernels.build import compile_kernel
 
     start = time.perf_counter()
-    compile_cache.get_compiled(arch, config, lambda: compile_kernel(config, arch))
+    compile_cache.get_compiled(arch, config, lambda: registry.compile_any(config, arch))
     return time.perf_counter() - start
 
 
@@ -160,14 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact-only", action="store_true", help="skip the padded-head-dim variants")
     parser.add_argument(
         "--only",
-        choices=sorted(FAMILIES),
+        choices=sorted(registry.variants("sm_90a", exact_only=True, buckets=(64,))),
         action="append",
-        help="these kernel families (repeatable; default: all that the target runs)",
+        help="these kernel groups (repeatable; default: all that the target runs)",
     )
     args = parser.parse_args(argv)
-    families = args.only or [f for f in FAMILIES if args.arch == "sm_90a" or not f.startswith("sm90")]
-    configs = [config for family in families for config in FAMILIES[family](args.exact_only, args.arch)]
-    configs = list(dict.fromkeys(configs))
+    configs = all_variants(args.arch, args.exact_only, args.only)
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         seconds = list(pool.map(_compile_one, configs, itertools.repeat(args.arch)))

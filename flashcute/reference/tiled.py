@@ -272,7 +272,7 @@ def online_softmax(
     Lazy rescaling (``rescale_threshold`` t, as the kernel's FwdConfig.rescale_threshold): a row keeps m unless
     (m' - m) * scale_log2 > t, so alpha = 1 and U needs no rescale; E is then at most 2^t, and U / l and the LSE come
     out the same. (The kernels reach the same values in another order on unmasked tiles: E against the kept m first,
-    the row max only where a row's sum of E passed 2^t: softmax.update_against_kept_max. The Hopper kernel's masked
+    the row max only where a row's sum of E passed 2^t: softmax.online_softmax_kept_max. The Hopper kernel's masked
     walks may also keep m = 0 for a row that reaches such a tile still at -inf, where its E against 0 are not too
     small or too large; l is 0 there, so U / l and the LSE come out the same for that m too.)
     """

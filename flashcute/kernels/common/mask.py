@@ -39,7 +39,7 @@ class AttentionMask:
         self.t0ScS = acc_rows_cols(thr0_mma.partition_C(coords))
 
     @cute.jit
-    def apply(self, acc_S: cute.Tensor, m_block: Int32, n_block: Int32, mask_rows: cutlass.Constexpr[bool]):
+    def apply_mask(self, acc_S: cute.Tensor, m_block: Int32, n_block: Int32, mask_rows: cutlass.Constexpr[bool]):
         """Mask keys past seqlen_k and, with ``mask_rows``, keys outside each row's causal/window range."""
         info = self.tile_info
         s = acc_rows_cols(acc_S)
@@ -76,7 +76,7 @@ class TransposedMask:
         self.t0ScS = acc_rows_cols(thr0_mma.partition_C(coords))
 
     @cute.jit
-    def apply(self, acc_St: cute.Tensor, m_block: Int32, n_block: Int32):
+    def apply_mask(self, acc_St: cute.Tensor, m_block: Int32, n_block: Int32):
         """Mask keys past seqlen_k and queries that do not see a key (causal / window), in place."""
         info = self.tile_info
         s = acc_rows_cols(acc_St)

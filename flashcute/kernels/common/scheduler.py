@@ -7,9 +7,9 @@ index order. Two things follow from the order chosen here:
 - L2 reuse: the (batch, head) pairs are cut into sections of ``section`` heads whose K and V fit in L2 together,
   and a section's tiles are handed out m_block-major, so the thread blocks running at one time read the K/V of a
   few heads, not of all of them.
-The Hopper kernel is persistent: a grid of G thread blocks walks the tiles in rounds of G, and in odd rounds the
-blocks take the round's tiles in reverse (a snake). With tiles sorted longest first, every block then gets a
-long and a short tile in turn, so static assignment stays balanced under a causal mask.
+The Hopper forward is persistent: a grid of one thread block per SM starts on tiles 0 .. G - 1 and each block
+then claims the next tile in this order from a global counter as it finishes one, so longest first also holds
+across blocks that run at different speeds.
 The Hopper backward orders its (n_block, kv head, batch) tiles with the same tile_coords, n_block counted from
 the first: there the first K/V tiles are seen by the most Q tiles.
 Plain Python arithmetic, like TileInfo: Int32 values in a kernel, ints in tests/test_scheduler.py.
@@ -24,25 +24,15 @@ from cutlass import Int32
 L2_BYTES = 50 * 1024 * 1024  # H100 and H200 both have 50 MB of L2
 
 
-def heads_per_section(seqlen_k, head_dim: int, element_bytes: int = 2, power_of_two: bool = True):
-    """How many heads' K and V (seqlen_k x head_dim each) fit in L2 together, at least 1; by default rounded down
-    to a power of two (FlashAttention's rule, which leaves room for Q and O: they pass through L2 too). (Divides
-    rather than multiplies, so a long seqlen_k cannot overflow Int32.)
-
-    Where the hardware hands out the thread blocks (one a tile), sections that fill L2 to the brim were too big:
-    at d64, 4k, causal, sections of 50 heads read 510 MB from DRAM at a 57 % L2 hit rate (ncu), flash-attn-4's
-    32 read 252 MB at 77 % (H200, 55efcd1). The persistent grid's static snake is another matter: how evenly it
-    spreads the work depends on where the sections' sawtooth of tile lengths falls in its rounds, and the rounded
-    sections spread it worse (d128 causal 4k, 16 heads: 519 TFLOP/s against 638 with 25, 5b7adfd/ff28d9e; a
-    model of the assignment, tile cost = K/V tiles + 2, predicts 0.80 of the ideal against 0.97). The Hopper
-    forward keeps the unrounded size there (``power_of_two=False``).
-    """
+def heads_per_section(seqlen_k, head_dim: int, element_bytes: int = 2):
+    """How many heads' K and V (seqlen_k x head_dim each) fit in L2 together, at least 1, rounded down to a power
+    of two (FlashAttention's rule, which leaves room for Q and O: they pass through L2 too; sections that fill L2
+    to the brim read twice the DRAM bytes: docs/tuning-sm90.md, L2 sections). (Divides rather than multiplies, so
+    a long seqlen_k cannot overflow Int32.)"""
     fit = cutlass.max(L2_BYTES // (2 * head_dim * element_bytes) // seqlen_k, 1)
-    if power_of_two:
-        for shift in (1, 2, 4, 8, 16):  # every bit below the highest set, then keep only the highest
-            fit = fit | (fit >> shift)
-        fit = fit - (fit >> 1)
-    return fit
+    for shift in (1, 2, 4, 8, 16):  # every bit below the highest set, then keep only the highest
+        fit = fit | (fit >> shift)
+    return fit - (fit >> 1)
 
 
 def tile_divisors(num_m_blocks, nheads, batch, section, make=lambda divisor: divisor) -> SimpleNamespace:
@@ -94,9 +84,3 @@ def _pick(cond, if_true, if_false):
     if isinstance(cond, bool):
         return if_true if cond else if_false
     return Int32(cutlass.select_(cond, if_true, if_false))
-
-
-def persistent_tile(block_idx, round_idx, grid_size):
-    """The tile index thread block ``block_idx`` of ``grid_size`` takes in round ``round_idx`` (the snake order)."""
-    odd = round_idx % 2
-    return round_idx * grid_size + block_idx + odd * (grid_size - 1 - 2 * block_idx)

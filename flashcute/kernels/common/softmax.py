@@ -25,6 +25,9 @@ from flashcute.kernels.common.layout import acc_rows_cols, store_converted
 
 LN2 = math.log(2.0)
 LOG2_E = math.log2(math.e)
+# Lazy rescaling keeps a row's max until it grows by more than this, in exp2's units: each E at most 2^8, far
+# inside fp16 and bf16 (FlashAttention-4's threshold on Blackwell).
+RESCALE_THRESHOLD = 8.0
 
 
 def quad_reduce(value: Float32, op) -> Float32:
@@ -49,53 +52,17 @@ def row_reduce(row: cute.Tensor, op, init: Float32, chains: int) -> Float32:
     return combine(parts[0], init)
 
 
-class SplitRows:
-    """Rows whose columns are split over ``warps_n`` warps side by side (an sm80 tiled MMA with warps_n > 1):
-    combine runs each of this thread's per-row values through shared memory and returns the max or the sum over
-    the warps that share the row.
-
-    ``sRows`` is a (warps_n, block_m) fp32 buffer, ``rows`` the tile row of each of the thread's fragment rows, the
-    warp at (warp_m, warp_n) in the tiled MMA's (warps_m, warps_n) grid. The warps of one row band meet at named
-    barrier 1 + warp_m (0 is the whole block's). One buffer serves every call: a caller must not call combine again
-    before each warp of the band has passed another barrier after this call's reads (the sm80 forward: the barrier
-    before P V, and for finalize's sums the last one of the main loop).
-    """
-
-    def __init__(self, sRows: cute.Tensor, rows: list, warp_m: Int32, warp_n: Int32, warps_n: int):
-        self.sRows = sRows
-        self.rows = rows
-        self.warp_m = warp_m
-        self.warp_n = warp_n
-        self.warps_n = warps_n
-
-    def barrier(self):
-        """The band's named barrier: its warps_n warps."""
-        cute.arch.barrier(barrier_id=1 + self.warp_m, number_of_threads=32 * self.warps_n)
-
-    @cute.jit
-    def combine(self, values: list, is_max: cutlass.Constexpr[bool]) -> list:
-        for r in cutlass.range_constexpr(len(values)):
-            self.sRows[self.warp_n, self.rows[r]] = values[r]  # the quad's four lanes write the same value
-        self.barrier()
-        combined = []
-        for r in cutlass.range_constexpr(len(values)):
-            total = values[r]
-            for w in cutlass.range_constexpr(1, self.warps_n):  # the other warps' values, in a fixed order a band
-                other = self.sRows[(self.warp_n + w) % self.warps_n, self.rows[r]]
-                total = cute.arch.fmax(total, other) if is_max else total + other
-            combined.append(total)
-        return combined
-
-
 class OnlineSoftmax:
     """Per-thread softmax state for the rows this thread's accumulator fragment holds.
 
     ``chains`` > 1 splits each row's max into independent chains (see row_reduce), ``sum_chains`` its sum (default:
     as many): the Hopper kernel has the registers for it; the sm80 kernel, at its register limit, keeps one chain.
-    ``split`` (SplitRows) when several warps hold parts of the same rows: their maxima are combined at every
-    update, their sums (each warp's l covers its own columns, all scaled by the same alpha) once, in finalize.
     ``rescale_threshold``: None rescales U at every update; a number t >= 0 keeps each row's max until it grows by
-    more than t (lazy rescaling, above) and has ``rescale_o_lazily`` skip the rescale where no row moved.
+    more than t (lazy rescaling, above), and any_moved lets rescale_o skip the rescale where no row moved.
+
+    Step 5 comes in three forms: online_softmax (every tile under a mask; the reference's step), and, with lazy
+    rescaling on an unmasked tile, online_softmax_kept_max (E against the kept max straight into P) or
+    online_softmax_in_place (E into S's registers, ahead of the previous tile's P V).
     """
 
     def __init__(
@@ -104,12 +71,10 @@ class OnlineSoftmax:
         num_rows: int,
         chains: int = 1,
         sum_chains: int | None = None,
-        split: "SplitRows | None" = None,
         rescale_threshold: float | None = None,
     ):
         self.scale_log2 = scale_log2
         self.rescale_threshold = rescale_threshold
-        self.split = split
         self.chains = chains
         self.sum_chains = chains if sum_chains is None else sum_chains
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
@@ -122,17 +87,12 @@ class OnlineSoftmax:
         self.row_sum.fill(0.0)
 
     @cute.jit
-    def update(self, acc_S: cute.Tensor) -> cute.Tensor:
-        """Replace scores by E in place, update (m, l); return alpha per row for rescale_o."""
+    def online_softmax(self, acc_S: cute.Tensor) -> cute.Tensor:
+        """Step 5: replace scores by E in place, update (m, l); return alpha per row for rescale_o."""
         s = acc_rows_cols(acc_S)
         row_scale = cute.make_rmem_tensor(self.row_max.shape, Float32)
-        if cutlass.const_expr(self.split is None):
-            for r in cutlass.range_constexpr(cute.size(self.row_max)):
-                self.exp_row(s, row_scale, r, self.row_max_of(s, r))
-        else:  # every row's max first: the warps that share the rows trade them once, at one barrier
-            row_max_cur = self.split.combine([self.row_max_of(s, r) for r in range(cute.size(self.row_max))], True)
-            for r in cutlass.range_constexpr(cute.size(self.row_max)):
-                self.exp_row(s, row_scale, r, row_max_cur[r])
+        for r in cutlass.range_constexpr(cute.size(self.row_max)):
+            self.exp_row(s, row_scale, r, self.row_max_of(s, r))
         return row_scale
 
     @cute.jit
@@ -159,21 +119,40 @@ class OnlineSoftmax:
         self.row_max[r] = row_max_cur
 
     @cute.jit
-    def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
-        """U *= alpha, row by row (also used by finalize with 1 / l)."""
+    def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor, moved: Boolean | None = None):
+        """U *= alpha, row by row (also used by the epilogue with 1 / l); with ``moved`` (warp-uniform: a branch,
+        see any_moved) only where it holds."""
+        if cutlass.const_expr(moved is None):  # noqa: SIM114 (a compile-time test beside a run-time one)
+            self.scale_rows(acc_O, row_scale)
+        elif moved:
+            self.scale_rows(acc_O, row_scale)
+
+    @cute.jit
+    def scale_rows(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
         o = acc_rows_cols(acc_O)
         for r in cutlass.range_constexpr(cute.size(row_scale)):
             o[r, None].store(o[r, None].load() * row_scale[r])
 
     @cute.jit
-    def update_against_kept_max(
+    def any_moved(self, row_scale: cute.Tensor) -> Boolean | None:
+        """After online_softmax with lazy rescaling: whether some row of this warp moved its max (alpha != 1), so
+        rescale_o can skip the multiplies in a warp where none did; None (rescale unconditionally) without."""
+        if cutlass.const_expr(self.rescale_threshold is None):
+            return None
+        moved = row_scale[0] != 1.0
+        for r in cutlass.range_constexpr(1, cute.size(row_scale)):
+            moved = moved | (row_scale[r] != 1.0)
+        return cute.arch.vote_any_sync(moved)
+
+    @cute.jit
+    def online_softmax_kept_max(
         self, acc_S: cute.Tensor, acc_O: cute.Tensor, rP: cute.Tensor, empty_rows: cutlass.Constexpr[bool] = False
     ):
-        """Lazy rescaling without the row max, for an unmasked tile after the first: E = exp2(S * scale_log2 - m *
-        scale_log2) against the kept max m straight away, P from E into ``rP`` (acc_S's layout, 16 bits), and
-        only then the check that the tile did not need a new max: every row's sum of this thread's E at most
+        """Step 5 with lazy rescaling without the row max, for an unmasked tile after the first: E = exp2(S *
+        scale_log2 - m * scale_log2) against the kept max m straight away, P from E into ``rP`` (acc_S's layout, 16
+        bits), and only then the check that the tile did not need a new max: every row's sum of this thread's E at most
         2^rescale_threshold (so each E is, too). A warp where some row fails takes the full update from S, which
-        acc_S still holds (update: new max where it grew by more than the threshold, E and P again, U *= alpha).
+        acc_S still holds (online_softmax: new max where it grew by more than the threshold, E and P again, U *= alpha).
         Otherwise l += the sums, alpha = 1 and U is left alone: no max, no shuffles and no multiplies of U on the
         common path, and the exponentials wait only for S.
 
@@ -200,18 +179,21 @@ class OnlineSoftmax:
             if cutlass.const_expr(empty_rows):
                 fine = fine & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
         if cute.arch.vote_any_sync(not fine):
-            row_scale = self.update(acc_S)
+            row_scale = self.online_softmax(acc_S)
             self.rescale_o(acc_O, row_scale)
             store_converted(acc_S, rP)
         else:
             self.add_row_sums(sums, kept if empty_rows else None)
 
     @cute.jit
-    def exp_against_kept_max(self, acc_S: cute.Tensor) -> tuple[list, list, Boolean]:
-        """update_against_kept_max's first half with E in place of S, so that it need not wait for the P V that
-        still reads P: E = exp2(S * scale_log2 - m * scale_log2) against each row's kept max m (0 for a row still
-        at -inf). Returns (this thread's sum of E per row, the kept maxima, fine): fine when every row's sum is at
-        most 2^rescale_threshold and, for a row still at -inf, at least 1. settle_kept_max finishes the update."""
+    def online_softmax_in_place(self, acc_S: cute.Tensor, row_scale: cute.Tensor, recompute) -> Boolean:
+        """online_softmax_kept_max with E in place of S, so that it need not wait for the P V that still reads P:
+        E = exp2(S * scale_log2 - m * scale_log2) against each row's kept max m (0 for a row still at -inf); the
+        rows are fine when every row's sum of this thread's E is at most 2^rescale_threshold and, for a row still at
+        -inf, at least 1. In a warp where every row was fine: l += the sums, m = the kept max (alpha = 1, U left
+        alone). Otherwise (rare) move_kept_max puts E against a new max where a row needs one and writes alpha into
+        ``row_scale``; the caller then owes rescale_o(..., moved), once the previous tile's P V is done. Returns
+        ``moved``, whether it did (warp-uniform)."""
         s = acc_rows_cols(acc_S)
         bound = Float32(2.0**self.rescale_threshold)
         sums, kept = [], []
@@ -223,16 +205,6 @@ class OnlineSoftmax:
             s[r, None].store(cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True))
             sums.append(row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains))
             fine = fine & (sums[r] <= bound) & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
-        return sums, kept, fine
-
-    @cute.jit
-    def settle_kept_max(
-        self, acc_S: cute.Tensor, sums: list, kept: list, fine: Boolean, row_scale: cute.Tensor, recompute
-    ) -> Boolean:
-        """exp_against_kept_max's second half. In a warp where every row was fine: l += the sums, m = the kept
-        max (alpha = 1, U left alone). Otherwise (rare) move_kept_max puts E against a new max where a row needs
-        one and writes alpha into ``row_scale``; the caller then owes U *= alpha, once the previous tile's P V is
-        done. Returns whether it did (warp-uniform)."""
         moved = cute.arch.vote_any_sync(not fine)
         if moved:
             self.move_kept_max(acc_S, sums, kept, row_scale, recompute)
@@ -241,14 +213,8 @@ class OnlineSoftmax:
         return moved
 
     @cute.jit
-    def rescale_o_if(self, moved: Boolean, acc_O: cute.Tensor, row_scale: cute.Tensor):
-        """rescale_o in a warp where settle_kept_max returned True (``moved`` is warp-uniform: a branch)."""
-        if moved:
-            self.rescale_o(acc_O, row_scale)
-
-    @cute.jit
     def move_kept_max(self, acc_S: cute.Tensor, sums: list, kept: list, row_scale: cute.Tensor, recompute):
-        """The update of a warp that failed exp_against_kept_max's check, from E: a row whose largest E passed
+        """The update of a warp that failed online_softmax_in_place's check, from E: a row whose largest E passed
         2^rescale_threshold, or a row still at -inf whose largest E is below 1, takes m' = m + log2(max E) /
         scale_log2, so its E (and l, and U through ``row_scale``) shrink by alpha = exp2((m - m') * scale_log2),
         in fp32, as exact as E against m' taken from S. Where E cannot say where the max went (E = inf: the scores
@@ -269,7 +235,7 @@ class OnlineSoftmax:
             alphas.append(cute.math.exp2((kept[r] - new_max[r]) * self.scale_log2, fastmath=True))
         if cute.arch.vote_any_sync(lost):
             recompute()
-            row_scale.store(self.update(acc_S).load())
+            row_scale.store(self.online_softmax(acc_S).load())
         else:
             self.shift_rows(acc_S, sums, new_max, alphas, row_scale)
 
@@ -292,30 +258,13 @@ class OnlineSoftmax:
                 self.row_max[r] = row_max[r]
 
     @cute.jit
-    def rescale_o_lazily(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
-        """rescale_o after an update: with a rescale_threshold, only in a warp where some row's alpha is not 1 (the
-        test is warp-uniform, so the multiplies are skipped, not predicated off)."""
-        if cutlass.const_expr(self.rescale_threshold is None):
-            self.rescale_o(acc_O, row_scale)
-        else:
-            moved = row_scale[0] != 1.0
-            for r in cutlass.range_constexpr(1, cute.size(row_scale)):
-                moved = moved | (row_scale[r] != 1.0)
-            if cute.arch.vote_any_sync(moved):
-                self.rescale_o(acc_O, row_scale)
-
-    @cute.jit
     def finalize(self) -> tuple[cute.Tensor, cute.Tensor]:
         """Step 7's statistics: (1 / l per row, LSE per row). A row with l = 0 saw no key: O = 0, LSE = -inf."""
         inv_sum = cute.make_rmem_tensor(self.row_sum.shape, Float32)
         lse = cute.make_rmem_tensor(self.row_sum.shape, Float32)
         add = lambda a, b: a + b  # noqa: E731
-        split_sums = None
-        if cutlass.const_expr(self.split is not None):
-            quad_sums = [quad_reduce(self.row_sum[r], add) for r in range(cute.size(self.row_sum))]
-            split_sums = self.split.combine(quad_sums, False)
         for r in cutlass.range_constexpr(cute.size(self.row_sum)):
-            row_sum = quad_reduce(self.row_sum[r], add) if self.split is None else split_sums[r]
+            row_sum = quad_reduce(self.row_sum[r], add)
             empty = row_sum == 0.0
             inv_sum[r] = Float32(0.0) if empty else cute.arch.rcp_approx(row_sum)
             log2_sum = cute.math.log2(row_sum, fastmath=True)

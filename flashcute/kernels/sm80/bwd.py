@@ -32,16 +32,16 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
-from flashcute.config import BwdConfig
 from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common.atomics import add_tile
+from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_ss
 from flashcute.kernels.common.layout import acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.softmax import LOG2_E, d_rows, lse_log2_rows, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
-from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
+from flashcute.kernels.sm80.config import BwdConfig
 from flashcute.kernels.sm80.limits import common_limits
 
 
@@ -463,7 +463,7 @@ class FlashAttentionBackwardSm80:
         tSsQ = st.tSsQ[None, None, None, stage]
         gemm_ss(st.tiled_mma_sdp, acc_S, frag.rQ, frag.rK, tSsQ, st.tSsK, st.copy_A_sdp, st.copy_B_sdp)
         # step 4: mask; step 5: P = exp2(S * scale_log2 - LSE log2 e)
-        mask.apply(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
+        mask.apply_mask(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
         recompute_probs(acc_S, lse_log2_rows(st.sLSE[None, stage], st.tScS, rows_left), st.scale_log2)
         tdPsdO = st.tdPsdO[None, None, None, stage]
         gemm_ss(st.tiled_mma_sdp, acc_dP, frag.rdO, frag.rV, tdPsdO, st.tdPsV, st.copy_A_sdp, st.copy_B_sdp)

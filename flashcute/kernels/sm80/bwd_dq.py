@@ -18,15 +18,15 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
-from flashcute.config import DQConfig
 from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.softmax import LOG2_E, load_row_stats, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
-from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
+from flashcute.kernels.sm80.config import DQConfig
 from flashcute.kernels.sm80.limits import common_limits
 
 
@@ -278,7 +278,7 @@ class FlashAttentionBackwardDQSm80:
             st.copy_A,
             st.copy_B,
         )
-        mask.apply(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
+        mask.apply_mask(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
         recompute_probs(acc_S, st.lse_log2, st.scale_log2)
         gemm_ss(
             st.tiled_mma,

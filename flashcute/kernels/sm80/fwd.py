@@ -23,17 +23,16 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
-from flashcute.config import FwdConfig
 from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, converted
 from flashcute.kernels.common.mask import AttentionMask
-from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax, SplitRows
+from flashcute.kernels.common.softmax import LOG2_E, RESCALE_THRESHOLD, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
+from flashcute.kernels.sm80.config import FwdConfig
 from flashcute.kernels.sm80.limits import common_limits
-
-CUTLASS_DTYPES = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 
 
 class FlashAttentionForwardSm80:
@@ -47,18 +46,12 @@ class FlashAttentionForwardSm80:
         self.head_dim_padded = config.head_dim_padded
         self.num_threads = config.num_threads
         self.num_stages = config.num_stages
-        self.split = config.warps_n > 1
 
     @staticmethod
     def can_implement(config: FwdConfig, arch: str) -> str | None:
         """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
-        if config.warps_n not in (1, 2) or config.num_warps % config.warps_n != 0:
-            return f"warps_n={config.warps_n} is not 1 or 2 dividing num_warps={config.num_warps}"
-        if config.block_m % (16 * config.warps_m) != 0:
-            return f"block_m={config.block_m} is not a multiple of 16 * warps_m = {16 * config.warps_m}"
-        for name, size in (("block_n", config.block_n), ("head_dim_padded", config.head_dim_padded)):
-            if size % (16 * config.warps_n) != 0:
-                return f"{name}={size} is not a multiple of 16 * warps_n = {16 * config.warps_n}"
+        if config.block_m % (16 * config.num_warps) != 0:
+            return f"block_m={config.block_m} is not a multiple of 16 * num_warps = {16 * config.num_warps}"
         if config.num_stages not in (1, 2):
             return f"num_stages={config.num_stages} is not 1 or 2"
         return common_limits(config, config.num_threads, config.smem_bytes(), arch)
@@ -81,23 +74,14 @@ class FlashAttentionForwardSm80:
         smem_atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
         sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, self.head_dim_padded), (0, 1))
         sKV_layout = cute.tile_to_shape(smem_atom, (self.block_n, self.head_dim_padded, self.num_stages), (0, 1, 2))
+        SharedStorage = self.shared_storage(sQ_layout, sKV_layout)
 
-        # With split rows: P (block_m, block_n) and the row statistics (warps_n, block_m) that the warps trade.
-        sP_layout = cute.tile_to_shape(
-            gcopy.smem_layout_atom(self.dtype, self.block_n), (self.block_m, self.block_n), (0, 1)
-        )
-        sRows_layout = cute.make_layout((self.config.warps_n, self.block_m), stride=(self.block_m, 1))
-        SharedStorage = self.shared_storage(sQ_layout, sKV_layout, sP_layout, sRows_layout)
-
-        # Warps in a (warps_m, warps_n) grid, warp w at (w // warps_n, w % warps_n): the warps that share rows are
-        # neighbours, so they sit on different schedulers of the SM (warp w issues from sub-partition w % 4), and
-        # the two warps of a scheduler belong to different bands and do not wait on each other.
-        warps_m, warps_n = self.config.warps_m, self.config.warps_n
-        warp_grid = (warps_m, 1, 1) if warps_n == 1 else cute.make_layout((warps_m, warps_n, 1), stride=(warps_n, 1, 0))
+        # The warps stacked along M: each owns block_m / num_warps whole rows of S and O.
+        num_warps = self.config.num_warps
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(self.dtype, Float32, (16, 8, 16)),
-            warp_grid,
-            permutation_mnk=(warps_m * 16, warps_n * 16, 16),
+            (num_warps, 1, 1),
+            permutation_mnk=(num_warps * 16, 16, 16),
         )
         gmem_tiled_copy_QKV = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True)
         gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False)
@@ -116,8 +100,6 @@ class FlashAttentionForwardSm80:
             num_m_blocks,
             sQ_layout,
             sKV_layout,
-            sP_layout,
-            sRows_layout,
             gmem_tiled_copy_QKV,
             gmem_tiled_copy_O,
             tiled_mma,
@@ -129,16 +111,13 @@ class FlashAttentionForwardSm80:
             stream=stream,
         )
 
-    def shared_storage(self, sQ_layout, sKV_layout, sP_layout, sRows_layout):
-        """The thread block's shared memory: Q, K and V, and with split rows P and the row statistics."""
+    def shared_storage(self, sQ_layout, sKV_layout):
+        """The thread block's shared memory: Q, K and V."""
         fields = {
             "sQ": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024],
             "sK": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
             "sV": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
         }
-        if self.split:
-            fields["sP"] = cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
-            fields["sRows"] = cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sRows_layout)], 16]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     # ---------------------------------------------------------------- device side: the seven steps
@@ -157,8 +136,6 @@ class FlashAttentionForwardSm80:
         num_m_blocks: Int32,
         sQ_layout: cute.ComposedLayout,
         sKV_layout: cute.ComposedLayout,
-        sP_layout: cute.ComposedLayout,
-        sRows_layout: cute.Layout,
         gmem_tiled_copy_QKV: cute.TiledCopy,
         gmem_tiled_copy_O: cute.TiledCopy,
         tiled_mma: cute.TiledMma,
@@ -194,7 +171,6 @@ class FlashAttentionForwardSm80:
         sK = storage.sK.get_tensor(sKV_layout)
         sV = storage.sV.get_tensor(sKV_layout)
         # V^T as a (D, block_n) view of the same bytes: ldmatrix.trans reads it, nothing is copied.
-        sP = storage.sP.get_tensor(sP_layout) if cutlass.const_expr(self.split) else None
         sVt = cute.composition(
             sV,
             cute.make_layout(
@@ -248,25 +224,8 @@ class FlashAttentionForwardSm80:
 
         mask = AttentionMask(tile_info, thr_mma, tiled_mma.get_slice(0))
         num_rows = cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1])
-        split = None
-        # With split rows, P goes to shared memory from the accumulator layout and comes back through ldmatrix as
-        # the A operand of P V, all of the band's columns.
-        tPsP, tOrP, tOsP, smem_thr_copy_P = None, None, None, None
-        if cutlass.const_expr(self.split):
-            warp_idx = cute.arch.make_warp_uniform(tidx // 32)
-            split = SplitRows(
-                storage.sRows.get_tensor(sRows_layout),
-                [mask.tScS[r, 0][0] for r in range(num_rows)],
-                warp_idx // cfg.warps_n,
-                warp_idx % cfg.warps_n,
-                cfg.warps_n,
-            )
-            store_atom_P = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=32)
-            smem_thr_copy_P = cute.make_tiled_copy_C(store_atom_P, tiled_mma).get_slice(tidx)
-            tPsP = smem_thr_copy_P.partition_D(sP)
-            tOrP = thr_mma.make_fragment_A(thr_mma.partition_A(sP))
-            tOsP = smem_thr_copy_Q.partition_S(sP)
-        softmax = OnlineSoftmax(scale_log2, num_rows, split=split, rescale_threshold=cfg.rescale_threshold)
+        threshold = RESCALE_THRESHOLD if cutlass.const_expr(cfg.lazy_rescale) else None
+        softmax = OnlineSoftmax(scale_log2, num_rows, rescale_threshold=threshold)
 
         # ---- prologue: Q and the first (last-in-sequence) K tile in flight together
         gcopy.copy_rows(
@@ -306,10 +265,6 @@ class FlashAttentionForwardSm80:
                 smem_thr_copy_Q=smem_thr_copy_Q,
                 smem_thr_copy_K=smem_thr_copy_K,
                 smem_thr_copy_V=smem_thr_copy_V,
-                smem_thr_copy_P=smem_thr_copy_P,
-                tPsP=tPsP,
-                tOrP=tOrP,
-                tOsP=tOsP,
             ),
             kv,
             softmax,
@@ -393,8 +348,7 @@ class FlashAttentionForwardSm80:
             self.load_kv_tile(kv, kv.tVgV, kv.tVsV, n_block - 1, False, True)
         cute.arch.cp_async_commit_group()
         # step 3: S = Q K^T
-        tSsK = mma.tSsK[None, None, None, stage]
-        gemm_ss(mma.tiled_mma, acc_S, mma.tSrQ, mma.tSrK, mma.tSsQ, tSsK, mma.smem_thr_copy_Q, mma.smem_thr_copy_K)
+        self.gemm_qk(mma, acc_S, stage)
         cute.arch.cp_async_wait_group(2 * self.num_stages - 2)  # V[n] has landed ...
         cute.arch.sync_threads()  # ... and every warp is done reading K[n]
         if n_block - self.num_stages >= n_block_min:
@@ -402,27 +356,30 @@ class FlashAttentionForwardSm80:
         cute.arch.cp_async_commit_group()
         # step 4: mask (only on the tiles that cross a boundary)
         if cutlass.const_expr(is_last_tile or mask_rows):
-            mask.apply(acc_S, m_block, n_block, mask_rows)
+            mask.apply_mask(acc_S, m_block, n_block, mask_rows)
         # step 5: online softmax, U *= alpha
-        kept_max = self.config.rescale_threshold is not None and not self.split  # (a pair's warps must agree)
-        if cutlass.const_expr(kept_max and not (is_last_tile or mask_rows)):
+        if cutlass.const_expr(self.config.lazy_rescale and not (is_last_tile or mask_rows)):
             # lazy rescaling on an unmasked tile: E against the kept max first, the max only where it moved
             rP = cute.make_fragment_like(acc_S, self.dtype)
-            softmax.update_against_kept_max(acc_S, acc_O, rP)
+            softmax.online_softmax_kept_max(acc_S, acc_O, rP)
         else:
-            row_scale = softmax.update(acc_S)
-            softmax.rescale_o_lazily(acc_O, row_scale)
+            row_scale = softmax.online_softmax(acc_S)
+            softmax.rescale_o(acc_O, row_scale, softmax.any_moved(row_scale))
             # step 6: O += P V, P converted to 16 bits in the registers that held S
             rP = converted(acc_S, self.dtype)
+        self.gemm_pv(mma, acc_O, rP, stage)
+
+    @staticmethod
+    def gemm_qk(mma: SimpleNamespace, acc_S: cute.Tensor, stage: Int32):
+        """Step 3: S = Q K^T, Q and K[stage] read from shared memory through ldmatrix."""
+        tSsK = mma.tSsK[None, None, None, stage]
+        gemm_ss(mma.tiled_mma, acc_S, mma.tSrQ, mma.tSrK, mma.tSsQ, tSsK, mma.smem_thr_copy_Q, mma.smem_thr_copy_K)
+
+    @staticmethod
+    def gemm_pv(mma: SimpleNamespace, acc_O: cute.Tensor, rP: cute.Tensor, stage: Int32):
+        """Step 6: O += P V, P from the registers that held S, V[stage] read transposed (ldmatrix.trans)."""
         tOsVt = mma.tOsVt[None, None, None, stage]
-        if cutlass.const_expr(self.split):  # the band's warps put their columns of P together in shared memory
-            cute.copy(mma.smem_thr_copy_P, mma.smem_thr_copy_P.retile(rP), mma.tPsP)
-            softmax.split.barrier()
-            gemm_ss(
-                mma.tiled_mma, acc_O, mma.tOrP, mma.tOrVt, mma.tOsP, tOsVt, mma.smem_thr_copy_Q, mma.smem_thr_copy_V
-            )
-        else:
-            gemm_rs(mma.tiled_mma, acc_O, acc_as_operand_a(rP), mma.tOrVt, tOsVt, mma.smem_thr_copy_V)
+        gemm_rs(mma.tiled_mma, acc_O, acc_as_operand_a(rP), mma.tOrVt, tOsVt, mma.smem_thr_copy_V)
 
     def stage(self, n_block: Int32):
         """The shared-memory stage that holds K/V tile n_block. n_block is never negative, so a mask does what

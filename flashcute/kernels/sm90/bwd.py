@@ -38,17 +38,17 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
-from flashcute.config import DTYPES, Sm90BwdConfig
 from flashcute.kernels.common import tma
 from flashcute.kernels.common.copy import make_gmem_tiled_copy
+from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
+from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import TransposedMask
 from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
 from flashcute.kernels.common.softmax import LOG2_E, recompute_probs_t, softmax_grad_t
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, store_probs, transpose_view
-from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
-from flashcute.kernels.sm80.limits import MAX_SMEM_BYTES
+from flashcute.kernels.sm90.config import NUM_STAGES, Sm90BwdConfig
 
 PRODUCER_REGS = 24
 CONSUMER_REGS = 240
@@ -83,7 +83,7 @@ class FlashAttentionBackwardSm90:
         self.block_m = config.block_m
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
-        self.num_stages = config.num_stages
+        self.num_stages = NUM_STAGES
         # columns of the dQ tile one consumer warpgroup adds
         self.dq_cols = config.head_dim_padded if config.dq_split_rows else config.head_dim_padded // 2
 
@@ -92,8 +92,9 @@ class FlashAttentionBackwardSm90:
         """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
         if arch != "sm_90a":
             return f"the sm90 backward needs TMA and wgmma: target sm_90a, not {arch}"
-        if config.dtype not in DTYPES:
-            return f"dtype {config.dtype!r} is not one of {DTYPES}"
+        reason = dtype_limits(config)
+        if reason is not None:
+            return reason
         if config.block_n != 128:
             return f"block_n={config.block_n} is not 128 (two consumer warpgroups of 64 key rows)"
         if config.block_m not in (64, 128):
@@ -105,9 +106,6 @@ class FlashAttentionBackwardSm90:
             )
         if config.head_dim_padded not in (64, 128):
             return f"head_dim_padded={config.head_dim_padded} is not 64 or 128 (the register budget of dK and dV)"
-        if config.num_stages < 2:
-            # a warpgroup may write step t + 1's dS while the other still reads step t's
-            return f"num_stages={config.num_stages} is below 2 (dS needs two buffers)"
         if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
             return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {MAX_SMEM_BYTES[arch]}"
         return None
@@ -530,7 +528,7 @@ class FlashAttentionBackwardSm90:
         gemm(mma.tiled_mma_sdp, acc_dP, mma.tdPrV, mma.tdPrdO[None, None, None, stage], True, 1)
         # steps 4 and 5: mask, P^T = exp2(S^T * scale_log2 - LSE log2 e)
         if cutlass.const_expr(masked):
-            mask.apply(acc_S, m_block, work.n_block)
+            mask.apply_mask(acc_S, m_block, work.n_block)
         recompute_probs_t(acc_S, smem.sLSE[None, stage], mask.tScS, scale_log2)
         warpgroup.wait_group(0)
         softmax_grad_t(acc_S, acc_dP, smem.sD[None, stage], mask.tScS)  # acc_dP becomes dS^T

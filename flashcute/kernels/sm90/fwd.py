@@ -9,20 +9,20 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
 - Softmax under the tensor cores. Inside a warpgroup, the Q K^T of tile n is issued before the P V of tile n + 1
   (the one before it in walking order), so the softmax of S_n runs while that P V is still on the tensor cores.
   Across warpgroups, a pair of named barriers makes them take turns issuing their MMAs, so one warpgroup's softmax
-  overlaps the other's MMAs (config.take_turns; FlashAttention-4 takes turns up to head dim 128 only).
-- Lazy rescaling (config.rescale_threshold): on an unmasked K/V tile the softmax skips the row max, taking E against
-  the kept max straight into P once the previous P V is done, and rescales only where a row grew by more than the
-  threshold (softmax.update_against_kept_max; under a mask a row that has seen no key yet may keep m = 0 there).
+  overlaps the other's MMAs (FlashAttention-4 takes turns up to head dim 128 only; here every head dim does).
+- Lazy rescaling: on an unmasked K/V tile the softmax skips the row max, taking E against the kept max straight
+  into P once the previous P V is done, and rescales only where a row grew by more than softmax.RESCALE_THRESHOLD
+  (softmax.online_softmax_kept_max; under a mask a row that has seen no key yet may keep m = 0 there).
   With config.exp_in_place E goes into S's registers while that P V still runs, and into P after it
-  (softmax.exp_against_kept_max / settle_kept_max; a warp that fails the check moves its max from E, or from S
+  (softmax.online_softmax_in_place; a warp that fails the check moves its max from E, or from S
   computed again by FMAs where E cannot tell: wgmma.scores_by_fma).
 - Epilogue. Each warpgroup writes its 64 rows of O into shared memory, and one warp stores them with a TMA store
   (rows past seqlen_q and columns past head_dim are dropped by the TMA unit).
 - Persistent. The grid has one thread block per SM (or fewer). Each starts with tile block_idx of the order of
   kernels/common/scheduler.py and then claims the next tile in that order from a global counter as it finishes
-  one (config.claim_tiles, the heuristic's choice): the producer warp adds to the counter and hands the index to
-  the consumers through a two-slot ring in shared memory. Without claims each walks tiles block_idx,
-  block_idx + grid, ... in a fixed snake order. The producer runs ahead into the next tile: its Q and
+  one: the producer warp adds to the counter and hands the index to the consumers through a two-slot ring in
+  shared memory, so thread blocks that run at different speeds still end the walk together (docs/tuning-sm90.md,
+  Claimed tiles and the persistent grid). The producer runs ahead into the next tile: its Q and
   first K/V tiles load while the consumers finish and store this one. O has its own shared
   memory where it fits (head dim <= 128); at 192 and 256 it reuses Q's, so the next Q loads only after O has
   left.
@@ -42,15 +42,15 @@ import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import cpasync
 
-from flashcute.config import DTYPES, HEAD_DIM_BUCKETS, Sm90FwdConfig
 from flashcute.kernels.common import tma
+from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_lse
 from flashcute.kernels.common.layout import converted
+from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import AttentionMask
-from flashcute.kernels.common.scheduler import heads_per_section, persistent_tile, tile_coords, tile_divisors
-from flashcute.kernels.common.softmax import LOG2_E, OnlineSoftmax
+from flashcute.kernels.common.scheduler import heads_per_section, tile_coords, tile_divisors
+from flashcute.kernels.common.softmax import LOG2_E, RESCALE_THRESHOLD, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
-from flashcute.kernels.common.trace import record_tile, tile_start
 from flashcute.kernels.common.wgmma import (
     K_DESCRIPTOR_FORMS,
     fixed_descriptors,
@@ -63,8 +63,7 @@ from flashcute.kernels.common.wgmma import (
     store_probs,
     transpose_view,
 )
-from flashcute.kernels.sm80.fwd import CUTLASS_DTYPES
-from flashcute.kernels.sm80.limits import MAX_SMEM_BYTES
+from flashcute.kernels.sm90.config import NUM_STAGES, Sm90FwdConfig
 
 # Registers per thread after setmaxnreg, by number of consumer warpgroups: the producer warpgroup gives up what the
 # consumers take (the register file holds 64K; FlashAttention-3's split).
@@ -73,7 +72,7 @@ CONSUMER_REGS = {1: 256, 2: 240, 3: 160}
 # Named barriers (0 is __syncthreads): one per consumer warpgroup for taking turns, one per warpgroup epilogue.
 SCHEDULER_BARRIER = 1
 EPILOGUE_BARRIER = 4
-# Slots of the ring that carries claimed tile indices from the producer warp to the consumers (claim_tiles).
+# Slots of the ring that carries claimed tile indices from the producer warp to the consumers.
 TILE_RING = 2
 
 
@@ -86,31 +85,24 @@ class FlashAttentionForwardSm90:
         self.block_m = config.block_m
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
-        self.num_stages = config.num_stages
+        self.num_stages = NUM_STAGES
         self.num_wg = config.num_mma_warpgroups
-        self.take_turns = config.take_turns and self.num_wg > 1  # one warpgroup has no one to take turns with
+        self.take_turns = self.num_wg > 1  # one warpgroup has no one to take turns with
 
     @staticmethod
     def can_implement(config: Sm90FwdConfig, arch: str) -> str | None:
         """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
         if arch != "sm_90a":
             return f"the sm90 kernel needs TMA and wgmma: target sm_90a, not {arch}"
-        if config.dtype not in DTYPES:
-            return f"dtype {config.dtype!r} is not one of {DTYPES}"
-        if config.head_dim_padded not in HEAD_DIM_BUCKETS:
-            return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
+        reason = dtype_limits(config)
+        if reason is not None:
+            return reason
         if config.block_m not in (64, 128, 192):
             return f"block_m={config.block_m} is not 64, 128 or 192 (one to three 64-row consumer warpgroups)"
         if config.block_n % 16 != 0 or not 16 <= config.block_n <= 256:
             return f"block_n={config.block_n} is not a multiple of 16 in [16, 256] (wgmma N and P V's k-steps)"
-        if config.num_stages < 1:
-            return f"num_stages={config.num_stages} is below 1"
         if config.k_descriptors not in K_DESCRIPTOR_FORMS:
             return f"k_descriptors={config.k_descriptors!r} is not one of {K_DESCRIPTOR_FORMS}"
-        if config.exp_in_place and config.rescale_threshold is None:
-            return "exp_in_place=True needs a rescale_threshold (it changes the steps that keep their max)"
-        if config.trace_tiles and not config.claim_tiles:
-            return "trace_tiles=True needs claim_tiles=True (the records follow the tile counter)"
         if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
             return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {MAX_SMEM_BYTES[arch]}"
         return None
@@ -124,12 +116,12 @@ class FlashAttentionForwardSm90:
         mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
         mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
-        mTileCounter: cute.Tensor | None,  # (1,) int32, zeroed: the tiles claimed so far (config.claim_tiles)
+        mTileCounter: cute.Tensor,  # (1,) int32, zeroed: the tiles claimed so far
         softmax_scale: Float32,
         diag_offset: Int32,
         window_left: Int32,
         window_right: Int32,
-        max_grid: Int32,  # Sm90FwdConfig.grid_limit
+        max_grid: Int32,  # the most thread blocks: one per SM
         stream: cuda.CUstream,
     ):
         d = self.head_dim_padded
@@ -163,17 +155,10 @@ class FlashAttentionForwardSm90:
         num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
         num_tiles = num_m_blocks * mQ.shape[2] * mQ.shape[0]
         # L2 sections pay off where tiles differ in length (causal, windows); without a mask the plain order keeps
-        # the running thread blocks on fewer heads (H200, commit 129ce55: d128 4k non-causal 663 TFLOP/s with
-        # sections of 1 head against 629 with L2-sized ones; d256 causal 4k 637 against 581). Rounded to a power of
-        # two where tiles go to thread blocks as they free up, not on the static persistent grid (heads_per_section
-        # says why).
+        # the running thread blocks on fewer heads (docs/tuning-sm90.md, L2 sections).
         section = 1
         if cutlass.const_expr(self.config.mask_right):
-            fits = partial(heads_per_section, mK.shape[1], mK.shape[3])
-            if cutlass.const_expr(self.config.claim_tiles):  # blocks claim tiles as they go: balanced either way
-                section = fits()
-            else:
-                section = fits() if num_tiles <= max_grid else fits(power_of_two=False)
+            section = heads_per_section(mK.shape[1], mK.shape[3])
         divisors = tile_divisors(num_m_blocks, mQ.shape[2], mQ.shape[0], section, make=cute.FastDivmodDivisorV2)
         self.kernel(
             tQ,
@@ -222,7 +207,7 @@ class FlashAttentionForwardSm90:
         mV: cute.Tensor,
         mO: cute.Tensor,
         mLSE: cute.Tensor,
-        mTileCounter: cute.Tensor | None,
+        mTileCounter: cute.Tensor,
         tma_Q: cute.CopyAtom,
         tma_K: cute.CopyAtom,
         tma_V: cute.CopyAtom,
@@ -268,14 +253,14 @@ class FlashAttentionForwardSm90:
                 num_stages=self.num_stages, tx_count=self.tx_bytes_kv, barrier_storage=storage.mbar_v.data_ptr()
             ),
         )
-        if cutlass.const_expr(cfg.claim_tiles):  # the producer warp hands each claimed tile index to the consumers
-            pipes.tile = pipeline.PipelineAsync.create(
-                num_stages=TILE_RING,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128 * self.num_wg),
-                barrier_storage=storage.mbar_tile.data_ptr(),
-                defer_sync=True,
-            )
+        # the producer warp hands each claimed tile index to the consumers
+        pipes.tile = pipeline.PipelineAsync.create(
+            num_stages=TILE_RING,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128 * self.num_wg),
+            barrier_storage=storage.mbar_tile.data_ptr(),
+            defer_sync=True,
+        )
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -315,24 +300,6 @@ class FlashAttentionForwardSm90:
             )
 
     @cute.jit
-    def walk_tiles(
-        self,
-        num_tiles: Int32,
-        one_tile,
-        q_state: pipeline.PipelineState,
-        kv_state: pipeline.PipelineState,
-    ):
-        """The persistent loop, the same for producer and consumers: this thread block's tiles in the snake order of
-        scheduler.persistent_tile, ``one_tile(tile_idx, q_state, kv_state)`` each, the pipeline states carried."""
-        block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
-        round_idx = Int32(0)
-        tile_idx = block_idx
-        while tile_idx < num_tiles:
-            q_state, kv_state = one_tile(tile_idx, q_state, kv_state)
-            round_idx += 1
-            tile_idx = persistent_tile(block_idx, round_idx, grid_size)
-
-    @cute.jit
     def walk_claimed_tiles(
         self,
         tiles: SimpleNamespace,
@@ -341,7 +308,7 @@ class FlashAttentionForwardSm90:
         q_state: pipeline.PipelineState,
         kv_state: pipeline.PipelineState,
     ):
-        """The producer warp's walk with claim_tiles: its first tile is block_idx; once a tile's loads are issued
+        """The producer warp's walk: its first tile is block_idx; once a tile's loads are issued
         (the K/V ring lets the warp run at most two stages ahead, so this is near the end of the consumers' work
         on the tile before) it claims the next with an atomic add on the counter, grid_size + the count so far,
         and publishes each index in the ring for the consumers, then one past the last tile to end their walk."""
@@ -366,7 +333,7 @@ class FlashAttentionForwardSm90:
         q_state: pipeline.PipelineState,
         kv_state: pipeline.PipelineState,
     ):
-        """The consumers' walk with claim_tiles: the tile indices the producer warp publishes, until one is past
+        """The consumers' walk: the tile indices the producer warp publishes, until one is past
         the last tile."""
         ring_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_RING)
         tile_idx, ring_state = self.fetch_tile(pipe_tile, tiles.ring, ring_state)
@@ -438,10 +405,7 @@ class FlashAttentionForwardSm90:
         load_one_tile = partial(
             self.load_one_tile, mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipe_q, pipe_k, pipe_v, tiles
         )
-        if cutlass.const_expr(self.config.claim_tiles):
-            self.walk_claimed_tiles(tiles, pipes.tile, load_one_tile, q_state, kv_state)
-        else:
-            self.walk_tiles(tiles.num_tiles, load_one_tile, q_state, kv_state)
+        self.walk_claimed_tiles(tiles, pipes.tile, load_one_tile, q_state, kv_state)
 
     @cute.jit
     def load_one_tile(
@@ -584,7 +548,7 @@ class FlashAttentionForwardSm90:
             cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]),
             4,
             self.config.sum_chains,
-            rescale_threshold=self.config.rescale_threshold,
+            rescale_threshold=RESCALE_THRESHOLD,
         )
         mask = AttentionMask(tiles.tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
         mma = SimpleNamespace(
@@ -610,10 +574,7 @@ class FlashAttentionForwardSm90:
         consume_one_tile = partial(
             self.consume_one_tile, mO, mLSE, tma_O, sO[None, None, wg], mma, pipes, softmax, mask, tiles, seqlen_q, wg
         )
-        if cutlass.const_expr(self.config.claim_tiles):
-            self.walk_published_tiles(tiles, pipes.tile, consume_one_tile, q_state, kv_state)
-        else:
-            self.walk_tiles(tiles.num_tiles, consume_one_tile, q_state, kv_state)
+        self.walk_published_tiles(tiles, pipes.tile, consume_one_tile, q_state, kv_state)
         if wg_tidx < 32:
             cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last O store has read shared memory
 
@@ -636,8 +597,6 @@ class FlashAttentionForwardSm90:
         kv_state: pipeline.PipelineState,
     ):
         """Steps 3 to 7 of one tile; returns the advanced pipeline states."""
-        if cutlass.const_expr(self.config.trace_tiles):
-            started = tile_start()
         tile = self.tile_at(tiles, tile_idx)
         mma.acc_O.fill(0.0)
         softmax.reset()
@@ -649,8 +608,6 @@ class FlashAttentionForwardSm90:
         self.epilogue(mO, mLSE, tma_O, sO, softmax, mma.acc_O, mma.tiled_mma_pv, tile, seqlen_q, wg)
         if cutlass.const_expr(self.config.o_aliases_q):
             pipes.q.consumer_release(q_state)  # O has left Q's shared memory
-        if cutlass.const_expr(self.config.trace_tiles):
-            record_tile(tiles.counter, tile_idx, started, (wg == 0) & (cute.arch.thread_idx()[0] % 128 == 0))
         q_state.advance()
         return q_state, kv_state
 
@@ -708,7 +665,7 @@ class FlashAttentionForwardSm90:
         if cutlass.const_expr(self.config.rescale_o_early):
             softmax.rescale_o(mma.acc_O, mma.row_scale)
         pipes.v.consumer_wait(state)
-        gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, state.index], False, 0)
+        self.gemm_pv(mma, state.index, 0)
         pipes.v.consumer_release(state)
         state.advance()
         return state
@@ -731,12 +688,12 @@ class FlashAttentionForwardSm90:
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
         pipes.k.consumer_wait(state)
         self.take_turn(wg)
-        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, self.key_steps(mma.tSrK, state.index), True, -1)
+        self.gemm_qk(mma, acc_S, state.index)
         self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(0)
         pipes.k.consumer_release(state)
-        mask.apply(acc_S, m_block, n_block, True)
-        row_scale = softmax.update(acc_S)
+        mask.apply_mask(acc_S, m_block, n_block, True)
+        row_scale = softmax.online_softmax(acc_S)
         store_probs(acc_S, mma.tOrP)
         if cutlass.const_expr(self.config.rescale_o_early):
             mma.row_scale.store(row_scale.load())  # (U is still 0; kept for the uniform step)
@@ -759,7 +716,7 @@ class FlashAttentionForwardSm90:
         # Lazy rescaling on an unmasked tile skips the row max. Such steps come right after the first tile
         # (TileInfo.visit_runs: the free run first), whose U is still 0, or after another of them, which leaves
         # row_scale at 1: so they skip rescale_o_early's multiplies too.
-        kept_max = self.config.rescale_threshold is not None and not mask_rows
+        kept_max = not mask_rows
         v_state = state.clone()
         state.advance()
         acc_S = mma.thr_mma_qk.make_fragment_C(mma.thr_mma_qk.partition_shape_C((64, self.block_n)))
@@ -768,24 +725,23 @@ class FlashAttentionForwardSm90:
         pipes.k.consumer_wait(state)
         if cutlass.const_expr(not self.config.turn_before_k):
             self.take_turn(wg)
-        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, self.key_steps(mma.tSrK, state.index), True, -1)
+        self.gemm_qk(mma, acc_S, state.index)
         if cutlass.const_expr(self.config.rescale_o_early and not kept_max):
             softmax.rescale_o(mma.acc_O, mma.row_scale)  # the previous tile's alpha, while Q K^T runs
         if cutlass.const_expr(self.config.pass_turn_after_qk):
             self.pass_turn(wg)
         pipes.v.consumer_wait(v_state)
-        gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, v_state.index], False, -1)
+        self.gemm_pv(mma, v_state.index, -1)
         if cutlass.const_expr(not self.config.pass_turn_after_qk):
             self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
         if cutlass.const_expr(kept_max and self.config.exp_in_place):  # E in place of S while P V runs
-            sums, kept, fine = softmax.exp_against_kept_max(acc_S)
             recompute = partial(scores_by_fma, acc_S, mask.tScS, mma.sQ, mma.sK[None, None, state.index])
-            moved = softmax.settle_kept_max(acc_S, sums, kept, fine, mma.row_scale, recompute)
+            moved = softmax.online_softmax_in_place(acc_S, mma.row_scale, recompute)
             pipes.k.consumer_release(state)  # (recompute may have read K)
             cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
             pipes.v.consumer_release(v_state)
-            softmax.rescale_o_if(moved, mma.acc_O, mma.row_scale)
+            softmax.rescale_o(mma.acc_O, mma.row_scale, moved)
             store_probs(acc_S, mma.tOrP)
             if cutlass.const_expr(self.config.rescale_o_early):
                 mma.row_scale.fill(1.0)  # U is up to date: nothing left for the next step's early rescale
@@ -794,14 +750,14 @@ class FlashAttentionForwardSm90:
             cute.nvgpu.warpgroup.wait_group(0)
             pipes.v.consumer_release(v_state)
             rP = cute.make_tensor(mma.tOrP.iterator, acc_S.layout)
-            softmax.update_against_kept_max(acc_S, mma.acc_O, rP, self.config.empty_rows_keep_zero)
+            softmax.online_softmax_kept_max(acc_S, mma.acc_O, rP, self.config.empty_rows_keep_zero)
             if cutlass.const_expr(self.config.rescale_o_early):
                 mma.row_scale.fill(1.0)
         else:
             pipes.k.consumer_release(state)
             if cutlass.const_expr(mask_rows):
-                mask.apply(acc_S, m_block, n_block, True)
-            row_scale = softmax.update(acc_S)
+                mask.apply_mask(acc_S, m_block, n_block, True)
+            row_scale = softmax.online_softmax(acc_S)
             cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
             pipes.v.consumer_release(v_state)
             store_probs(acc_S, mma.tOrP)
@@ -810,6 +766,15 @@ class FlashAttentionForwardSm90:
             else:
                 softmax.rescale_o(mma.acc_O, row_scale)
         return state
+
+    def gemm_qk(self, mma: SimpleNamespace, acc_S: cute.Tensor, stage: Int32):
+        """Step 3: S = Q K[stage]^T, both from shared memory, issued without waiting (wait_group does)."""
+        gemm_steps(mma.tiled_mma_qk, acc_S, mma.tSrQ, self.key_steps(mma.tSrK, stage), True, -1)
+
+    @staticmethod
+    def gemm_pv(mma: SimpleNamespace, stage: Int32, wait: cutlass.Constexpr[int]):
+        """Step 6: O += P V[stage], P from registers; ``wait``: wgmma groups left in flight (-1: do not wait)."""
+        gemm(mma.tiled_mma_pv, mma.acc_O, mma.tOrP, mma.tOrVt[None, None, None, stage], False, wait)
 
     def key_steps(self, tSrK: cute.Tensor, stage: Int32) -> list[cute.Tensor]:
         """K's k-step operands in K/V stage ``stage``, computed in the form config.k_descriptors names."""

@@ -1,8 +1,0 @@
-# lease 1 (s25): the GPU suite (with compute-sanitizer) and the bench on main
-export PYTHONUNBUFFERED=1 FLASHCUTE_CACHE_DIR=/tmp/flashcute-cache
-t0=$(date +%s); ts() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-SANITIZE=1 FLASHCUTE_GIT_COMMIT=$(cat .scratch/s25/commit) timeout 560 bash scripts/gpu_suite.sh $OUT/suite -- --seqlen 1k,4k,16k --backends flashcute-sm90,flashcute-sm80,fa4,sdpa-flash --rounds 5 > $OUT/suite.log 2>&1; ts "suite rc=$?"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >> $OUT/suite/gpu.txt
-tail -14 $OUT/suite.log
-cd $OUT && tar czf s.tgz suite suite.log && rm -rf suite suite.log
-ts done

@@ -1,0 +1,127 @@
+"""The backward's preprocess (sm_80 and newer): D = rowsum(dO * O) per query row, and dQaccum zeroed.
+
+dS = P * (dP - D) needs D for every query row before the dK/dV kernel starts. One thread block owns block_m rows
+of one (batch, head): every thread loads 16-byte vectors of O and dO straight into registers (no shared memory:
+each value is read once), multiplies and adds its share of a row in fp32, and the threads that share a row
+finish the sum with butterfly shuffles; the thread holding column 0 writes D. When the dK/dV kernel adds dQ with
+atomics, the same thread blocks also zero those rows of the fp32 accumulator, so no separate memset pass runs.
+
+Rows past seqlen_q are neither read nor written. Head-dim columns past the real head dim are predicated per
+vector and read as zero, so they add nothing to D.
+"""
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+
+from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
+from flashcute.kernels.common.limits import streaming_limits
+from flashcute.kernels.common.prepost_config import BwdPreConfig
+
+
+class FlashAttentionBackwardPreprocess:
+    """D = rowsum(dO * O) in fp32 (and dQaccum zeroed, with ``clear_dq_accum``). Construct from a BwdPreConfig."""
+
+    def __init__(self, config: BwdPreConfig):
+        self.config = config
+        self.dtype = CUTLASS_DTYPES[config.dtype]
+        self.block_m = config.block_m
+        self.head_dim_padded = config.head_dim_padded
+        self.num_threads = config.num_warps * 32
+
+    @staticmethod
+    def can_implement(config: BwdPreConfig, arch: str) -> str | None:
+        """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
+        return streaming_limits(config, config.num_warps * 32)
+
+    @cute.jit
+    def __call__(
+        self,
+        mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mD: cute.Tensor,  # (batch, nheads, seqlen_q) float32, the output
+        mdQaccum: cute.Tensor | None,  # (batch, seqlen_q, nheads, head_dim) float32, zeroed; None: left alone
+        stream: cuda.CUstream,
+    ):
+        num_m_blocks = cute.ceil_div(mO.shape[1], self.block_m)
+        self.kernel(
+            mO,
+            mdO,
+            mD,
+            mdQaccum,
+            num_m_blocks,
+            gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False),
+            gcopy.make_gmem_tiled_copy(Float32, self.head_dim_padded, self.num_threads, False),
+        ).launch(grid=[num_m_blocks * mO.shape[2] * mO.shape[0], 1, 1], block=[self.num_threads, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(
+        self,
+        mO: cute.Tensor,
+        mdO: cute.Tensor,
+        mD: cute.Tensor,
+        mdQaccum: cute.Tensor | None,
+        num_m_blocks: Int32,
+        gmem_tiled_copy: cute.TiledCopy,
+        gmem_tiled_copy_accum: cute.TiledCopy,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        nheads = mO.shape[2]
+        m_block = bidx % num_m_blocks
+        head_idx = (bidx // num_m_blocks) % nheads
+        batch_idx = bidx // num_m_blocks // nheads
+        head_dim = mO.shape[3]
+        rows_left = mO.shape[1] - m_block * self.block_m
+        check_hdim = not self.config.exact_head_dim
+        tile = (self.block_m, self.head_dim_padded)
+
+        # ---- O and dO -> registers, 16 bytes a load; padded head-dim columns stay zero
+        thr_copy = gmem_tiled_copy.get_slice(tidx)
+        coords = cute.make_identity_tensor(tile)
+        tOcO = thr_copy.partition_S(coords)
+        t0OcO = gmem_tiled_copy.get_slice(0).partition_S(coords)
+        pred_k = gcopy.head_dim_predicate(tOcO, head_dim)
+        gO = cute.local_tile(mO[batch_idx, None, head_idx, None], tile, (m_block, 0))
+        gdO = cute.local_tile(mdO[batch_idx, None, head_idx, None], tile, (m_block, 0))
+        tOgO, tOgdO = thr_copy.partition_S(gO), thr_copy.partition_S(gdO)
+        tOrO, tOrdO = cute.make_fragment_like(tOgO), cute.make_fragment_like(tOgdO)
+        for src, dst in ((tOgO, tOrO), (tOgdO, tOrdO)):
+            if cutlass.const_expr(check_hdim):
+                dst.fill(0)
+            gcopy.copy_rows(gmem_tiled_copy, src, dst, tOcO, t0OcO, pred_k, rows_left, True, check_hdim, False)
+
+        # ---- dQaccum = 0 over the same rows, while the loads are in flight
+        if cutlass.const_expr(mdQaccum is not None):
+            thr_copy_accum = gmem_tiled_copy_accum.get_slice(tidx)
+            gdQaccum = cute.local_tile(mdQaccum[batch_idx, None, head_idx, None], tile, (m_block, 0))
+            tAgA = thr_copy_accum.partition_D(gdQaccum)
+            tAcA = thr_copy_accum.partition_D(coords)
+            zeros = cute.make_fragment_like(tAgA)
+            zeros.fill(0.0)
+            gcopy.copy_rows(
+                gmem_tiled_copy_accum,
+                zeros,
+                tAgA,
+                tAcA,
+                gmem_tiled_copy_accum.get_slice(0).partition_D(coords),
+                gcopy.head_dim_predicate(tAcA, head_dim),
+                rows_left,
+                True,
+                check_hdim,
+                False,
+            )
+
+        # ---- D = rowsum(dO * O): this thread's values of a row in fp32, then across the threads that share the
+        # row (consecutive lanes); the one holding column 0 writes it
+        threads_per_row = self.head_dim_padded // (cute.size(tOrO, mode=[0]) * cute.size(tOrO, mode=[2]))
+        gD = cute.local_tile(mD[batch_idx, head_idx, None], (self.block_m,), (m_block,))
+        row_limit = rows_left - tOcO[0][0]
+        for m in cutlass.range_constexpr(cute.size(tOrO, mode=[1])):
+            products = tOrO[None, m, None].load().to(Float32) * tOrdO[None, m, None].load().to(Float32)
+            d = products.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
+            d = cute.arch.warp_reduction_sum(d, threads_in_group=threads_per_row)
+            if tOcO[0][1] == 0 and t0OcO[0, m, 0][0] < row_limit:
+                gD[tOcO[0, m, 0][0]] = d

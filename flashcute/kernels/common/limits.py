@@ -1,0 +1,76 @@
+"""What every kernel family shares about its inputs and targets: dtypes, head-dim buckets, shared memory.
+
+Pure Python (no CuTe DSL import), so configs and heuristics can use it on any machine.
+"""
+
+from __future__ import annotations
+
+# Head dims are padded up to one of these buckets; a head dim below its bucket is handled with predicates.
+HEAD_DIM_BUCKETS = (32, 64, 96, 128, 192, 256)
+DTYPES = ("float16", "bfloat16")
+
+# Opt-in shared memory per thread block by target; sm_86 and sm_89 parts have the least.
+MAX_SMEM_BYTES = {"sm_80": 163 * 1024, "sm_87": 163 * 1024, "sm_90a": 227 * 1024}
+DEFAULT_MAX_SMEM_BYTES = 99 * 1024
+
+
+def smem_limit(arch: str) -> int:
+    """Shared memory one thread block may opt into on target ``arch``."""
+    return MAX_SMEM_BYTES.get(arch, DEFAULT_MAX_SMEM_BYTES)
+
+
+def head_dim_bucket(head_dim: int) -> int:
+    """The smallest bucket that holds ``head_dim`` (a multiple of 8 up to 256)."""
+    for bucket in HEAD_DIM_BUCKETS:
+        if head_dim <= bucket:
+            return bucket
+    raise ValueError(f"head_dim={head_dim} is over the largest supported head dim, {HEAD_DIM_BUCKETS[-1]}")
+
+
+def dtype_limits(config) -> str | None:
+    """None if ``config.dtype`` and ``config.head_dim_padded`` are ones the kernels are built for, else why not."""
+    if config.dtype not in DTYPES:
+        return f"dtype {config.dtype!r} is not one of {DTYPES}"
+    if config.head_dim_padded not in HEAD_DIM_BUCKETS:
+        return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
+    return None
+
+
+def masks(window_left: int, window_right: int) -> tuple[bool, bool]:
+    """(mask_right, mask_left) of a kernel for a window: keys right of the diagonal are masked (causal, or a window
+    with window_right >= 0), keys further left than window_left are masked (sliding window)."""
+    return window_right >= 0, window_left >= 0
+
+
+MASK_NAMES = {(False, False): "nomask", (True, False): "right", (False, True): "left", (True, True): "both"}
+
+
+def head_dim_label(config) -> str:
+    """A config's head dim in a variant label: "d128", or "d128pad" for a head dim padded up to 128."""
+    return f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
+
+
+def mask_label(config) -> str:
+    """A config's mask in a variant label: nomask, right (causal-like), left, both (sliding window)."""
+    return MASK_NAMES[config.mask_right, config.mask_left]
+
+
+def rows_per_copy(head_dim_padded: int, num_threads: int) -> int:
+    """Rows of a (rows, head_dim) tile that one pass of the 16-bit gmem tiled copy (kernels/common/copy.py)
+    covers: it moves 16-byte vectors, a (8, 64) or (8, 32) swizzle atom's row per 64 / 8 or 32 / 8 threads."""
+    return num_threads // (64 // 8 if head_dim_padded % 64 == 0 else 32 // 8)
+
+
+def streaming_limits(config, num_threads: int) -> str | None:
+    """None if dtype, head-dim bucket and block_m suit a kernel that streams (block_m, head_dim) tiles through
+    registers with the gmem tiled copy (the backward's preprocess and postprocess), else why. block_m must be whole
+    passes of the 16-bit copy; the fp32 copies beside it cover as many or half as many rows a pass."""
+    reason = dtype_limits(config)
+    if reason is not None:
+        return reason
+    if num_threads % 32 != 0 or num_threads > 1024:
+        return f"{num_threads} threads is not a whole number of warps up to 1024"
+    rows = rows_per_copy(config.head_dim_padded, num_threads)
+    if config.block_m % rows != 0:
+        return f"block_m={config.block_m} is not a multiple of {rows} rows (one pass of the tiled copy)"
+    return None

@@ -1,0 +1,61 @@
+"""The backward's preprocess and postprocess, which every family's backward runs around its own kernels: their
+compile functions and launches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, bwd_post_config, bwd_pre_config
+from flashcute.kernels.launch import compiled, dtype_name, run_on_device
+
+CONFIG_TYPES = (BwdPreConfig, BwdPostConfig)
+
+
+def compile(config: BwdPreConfig | BwdPostConfig, arch: str, dump_dir: Path | None = None):
+    """The preprocess: (out, dout, d, dq_accum or None), d (batch, nheads, seqlen_q) float32 and dq_accum float32,
+    zeroed by the kernel, None when ``config.clear_dq_accum`` is off. The postprocess: (dq_accum, dq,
+    softmax_scale)."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import cutlass
+
+    from flashcute.kernels.build import SymbolicProblem, compile_kernel
+
+    p = SymbolicProblem(config)
+    if isinstance(config, BwdPreConfig):
+        from flashcute.kernels.common.bwd_pre import FlashAttentionBackwardPreprocess
+
+        dq_accum = p.q_like(cutlass.Float32) if config.clear_dq_accum else None
+        tensors = (p.q_like(), p.q_like(), p.row_stats(), dq_accum)
+        return compile_kernel(FlashAttentionBackwardPreprocess(config), config, arch, dump_dir, *tensors, scalars=())
+    from flashcute.kernels.common.bwd_post import FlashAttentionBackwardPostprocess
+
+    tensors = (p.q_like(cutlass.Float32), p.q_like())
+    return compile_kernel(FlashAttentionBackwardPostprocess(config), config, arch, dump_dir, *tensors, scalars=(1.0,))
+
+
+def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostConfig]:
+    """The preprocess (zeroing dQaccum or not) and the postprocess, per dtype x head-dim bucket (x exact/padded
+    head dim); they have no mask."""
+    configs = []
+    for dtype in dtypes:
+        for bucket in buckets:
+            for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
+                configs += [bwd_pre_config(head_dim, dtype), bwd_pre_config(head_dim, dtype, clear_dq_accum=False)]
+                configs.append(bwd_post_config(head_dim, dtype))
+    return configs
+
+
+def preprocess(dout: torch.Tensor, out: torch.Tensor, delta: torch.Tensor, dq_accum: torch.Tensor | None) -> None:
+    """``delta`` (batch, nheads, seqlen_q) float32, unit last stride, gets D = rowsum(dO * O) summed in float32, and
+    ``dq_accum`` (float32, shaped like ``out``), when given, is zeroed in the same launch for the dQ atomics."""
+    config = bwd_pre_config(out.shape[-1], dtype_name(out), clear_dq_accum=dq_accum is not None)
+    run_on_device(out.device, compiled(config, out.device, compile), out, dout, delta, dq_accum)
+
+
+def postprocess(dq_accum: torch.Tensor, dq: torch.Tensor, softmax_scale: float) -> None:
+    """dq = dq_accum * softmax_scale in dq's dtype."""
+    config = bwd_post_config(dq.shape[-1], dtype_name(dq))
+    run_on_device(dq.device, compiled(config, dq.device, compile), dq_accum, dq, softmax_scale)

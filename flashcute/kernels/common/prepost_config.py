@@ -1,0 +1,77 @@
+"""Configs of the backward's preprocess and postprocess, which every family's backward runs around its own
+kernels, and the heuristics that pick them."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from flashcute.kernels.common.limits import head_dim_bucket, head_dim_label
+
+
+@dataclass(frozen=True)
+class BwdPreConfig:
+    """The backward's preprocess (kernels/common/bwd_pre.py): D = rowsum(dO * O) for block_m rows of one (batch,
+    head) per thread block of num_warps warps, and, with clear_dq_accum, the same rows of the fp32 dQ accumulator
+    zeroed for the dK/dV kernel's atomics."""
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    num_warps: int
+    clear_dq_accum: bool
+
+    @property
+    def label(self) -> str:
+        """ "bwdpre-bfloat16-d128-64w4-zerodq"."""
+        zero = "-zerodq" if self.clear_dq_accum else ""
+        return f"bwdpre-{self.dtype}-{head_dim_label(self)}-{self.block_m}w{self.num_warps}{zero}"
+
+
+@dataclass(frozen=True)
+class BwdPostConfig:
+    """The backward's postprocess (kernels/common/bwd_post.py): dQ = dQaccum * softmax_scale cast to dtype,
+    block_m rows of one (batch, head) per thread block of num_warps warps."""
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    num_warps: int
+
+    @property
+    def label(self) -> str:
+        """ "bwdpost-bfloat16-d128-64w4"."""
+        return f"bwdpost-{self.dtype}-{head_dim_label(self)}-{self.block_m}w{self.num_warps}"
+
+
+def _rows(bucket: int) -> int:
+    """Rows per thread block of 4 warps: block_m * head_dim_padded = 8192 elements (6144 at 96 and 192, where
+    8192 is no whole number of the tiled copy's passes), so every thread keeps 8 (6) 16-byte loads of each 16-bit
+    input in flight. Memory-bound streams, not tuned (docs/tuning-sm80.md, Preprocess and postprocess rows)."""
+    return {32: 256, 64: 128, 96: 64, 128: 64, 192: 32, 256: 32}[bucket]
+
+
+@functools.cache
+def bwd_pre_config(head_dim: int, dtype: str, clear_dq_accum: bool = True) -> BwdPreConfig:
+    """The heuristic for the backward's preprocess (clear_dq_accum off for the deterministic backward, whose dQ
+    kernel needs no accumulator)."""
+    bucket = head_dim_bucket(head_dim)
+    return BwdPreConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=_rows(bucket),
+        num_warps=4,
+        clear_dq_accum=clear_dq_accum,
+    )
+
+
+@functools.cache
+def bwd_post_config(head_dim: int, dtype: str) -> BwdPostConfig:
+    """The heuristic for the backward's postprocess."""
+    bucket = head_dim_bucket(head_dim)
+    return BwdPostConfig(
+        dtype=dtype, head_dim_padded=bucket, exact_head_dim=head_dim == bucket, block_m=_rows(bucket), num_warps=4
+    )

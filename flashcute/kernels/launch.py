@@ -1,0 +1,62 @@
+"""Host-side steps every family's launch contract shares: the device's target, the compiled kernel for a config
+(from the compile cache), and a launch on the right device. Nothing here names a family."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+
+from flashcute import compile_cache
+
+
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+def device_index(device: torch.device) -> int:
+    return torch.cuda._utils._get_device_index(device, optional=True)
+
+
+def capability(device: torch.device | None) -> tuple[int, int]:
+    """(major, minor) compute capability of a CUDA device (default: the current one)."""
+    return _capability(device_index(device))
+
+
+def device_arch(device: torch.device) -> str:
+    """The CuTe DSL target for a CUDA device: sm_80, sm_86, sm_89, sm_90a, sm_100a, ..."""
+    major, minor = capability(device)
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+
+
+@functools.cache
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device: a persistent kernel's grid size."""
+    return _num_sms(device_index(device))
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    """A tensor's dtype as configs name it: "float16", "bfloat16", "float32"."""
+    return str(t.dtype).removeprefix("torch.")
+
+
+def compiled(config, device: torch.device, compile: Callable) -> Callable:
+    """The compiled kernel for ``config`` on ``device``'s target, from the compile cache (``compile(config, arch)``
+    builds it on a miss)."""
+    arch = device_arch(device)
+    return compile_cache.get_compiled(arch, config, functools.partial(compile, config, arch))
+
+
+def run_on_device(device: torch.device, kernel: Callable, *args) -> None:
+    """Call a compiled kernel with ``device`` current: TVM-FFI launches on the current device's current stream."""
+    if device.index == torch.cuda.current_device():
+        kernel(*args)
+    else:
+        with torch.cuda.device(device):
+            kernel(*args)

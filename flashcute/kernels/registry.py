@@ -1,0 +1,84 @@
+"""Which kernel families run on a device, fastest first: the only place that maps a GPU to code.
+
+A family is a folder under kernels/ with a ``family`` module that provides NAME, ARCHS (the targets it is built for
+without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
+dtypes, buckets, masks, exact_only)``, ``forward(...)``, ``supports_backward(head_dim, deterministic)`` and
+``backward(...)``. Adding a family is one folder and one line in FAMILIES.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+import torch
+
+from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS
+from flashcute.kernels.launch import capability
+
+# Fastest first: a device runs the first family whose runs_on accepts it, unless the caller names another.
+FAMILIES = ("sm90", "sm80")
+# (window_left, window_right) pairs that reach each mask variant: none, causal, sliding window, left-only window
+MASK_VARIANTS = ((-1, -1), (-1, 0), (8, 8), (8, -1))
+
+
+def family(name: str) -> ModuleType:
+    """A family's launch contract by name."""
+    if name not in FAMILIES:
+        raise ValueError(f"kernel must be one of {FAMILIES} or None, got {name!r}")
+    return importlib.import_module(f"flashcute.kernels.{name}.family")
+
+
+def families() -> list[ModuleType]:
+    return [family(name) for name in FAMILIES]
+
+
+def available(device: torch.device | None = None) -> list[str]:
+    """Names of the families the given (default: current) CUDA device runs, fastest first; [] without a GPU."""
+    if not torch.cuda.is_available():
+        return []
+    cap = capability(device)
+    return [f.NAME for f in families() if f.runs_on(cap)]
+
+
+def pick(device: torch.device, kernel: str | None = None) -> list[ModuleType]:
+    """The families to try on ``device``, in order: from ``kernel`` (a name; None: the fastest) on. Raises a
+    ValueError naming the device when none runs there or ``kernel`` does not."""
+    if kernel is not None:
+        family(kernel)  # a clear error for an unknown name
+    names = available(device)
+    if not names:
+        raise ValueError(f"no flashcute kernel runs on {torch.cuda.get_device_name(device)}: it needs sm_80 or newer")
+    if kernel is not None and kernel not in names:
+        raise ValueError(f"kernel={kernel!r} cannot run on {torch.cuda.get_device_name(device)}; available: {names}")
+    return [family(name) for name in names[names.index(kernel) if kernel else 0 :]]
+
+
+def backward_family(device: torch.device, kernel: str | None, head_dim: int, deterministic: bool) -> ModuleType:
+    """The first family from ``kernel`` on whose backward covers this head dim and mode."""
+    return next(f for f in pick(device, kernel) if f.supports_backward(head_dim, deterministic))
+
+
+def compile_any(config, arch: str, dump_dir=None):
+    """Compile whichever kernel ``config`` configures, a family's or a shared one."""
+    from flashcute.kernels.common import prepost
+
+    for module in (*families(), prepost):
+        if isinstance(config, module.CONFIG_TYPES):
+            return module.compile(config, arch, dump_dir)
+    raise TypeError(f"no kernel is configured by a {type(config).__name__}")
+
+
+def variants(
+    arch: str, exact_only: bool = False, dtypes=DTYPES, buckets=HEAD_DIM_BUCKETS, masks=MASK_VARIANTS
+) -> dict[str, list]:
+    """Every config the heuristics pick on target ``arch``, by "<family>-<kind>" (and "prepost"), in order."""
+    from flashcute.kernels.common import prepost
+
+    found = {}
+    for f in families():
+        for kind, configs in f.variants(arch, dtypes, buckets, masks, exact_only).items():
+            if configs:
+                found[f"{f.NAME}-{kind}"] = list(dict.fromkeys(configs))
+    found["prepost"] = prepost.variants(dtypes, buckets, exact_only)
+    return found

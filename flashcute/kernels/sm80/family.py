@@ -1,0 +1,119 @@
+"""The sm80 family's launch contract: the seed's mma.sync kernels, on every GPU of compute capability 8.0 or newer.
+
+forward and backward take validated tensors and launch on the current stream; compile builds any of the family's
+kernels for a target without a GPU; variants lists what the heuristics pick, for the compile tests and warm-up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import torch
+
+from flashcute.kernels.common import prepost
+from flashcute.kernels.launch import compiled, device_arch, dtype_name, run_on_device
+from flashcute.kernels.sm80.config import BwdConfig, DQConfig, FwdConfig, bwd_config, dq_config, fwd_config
+
+NAME = "sm80"
+# The targets the compile tests and `flashcute check` build this family for.
+ARCHS = ("sm_80", "sm_90a")
+CONFIG_TYPES = (FwdConfig, BwdConfig, DQConfig)
+
+
+def runs_on(capability: tuple[int, int]) -> bool:
+    return capability[0] >= 8
+
+
+def compile(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None):
+    """The forward: (q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right). The dK/dV kernel:
+    (q, k, v, dout, lse, d, dq_accum or None, dk, dv, ...the same scalars), dq_accum float32, None when
+    ``config.accumulate_dq`` is off. The deterministic dQ kernel: (q, k, v, dout, lse, d, dq, ...the scalars)."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import cutlass
+
+    from flashcute.kernels.build import SymbolicProblem, compile_kernel
+
+    p = SymbolicProblem(config)
+    if isinstance(config, FwdConfig):
+        from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
+
+        tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
+        return compile_kernel(FlashAttentionForwardSm80(config), config, arch, dump_dir, *tensors)
+    inputs = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats())
+    if isinstance(config, BwdConfig):
+        from flashcute.kernels.sm80.bwd import FlashAttentionBackwardSm80
+
+        dq_accum = p.q_like(cutlass.Float32) if config.accumulate_dq else None
+        kernel = FlashAttentionBackwardSm80(config, arch)
+        return compile_kernel(kernel, config, arch, dump_dir, *inputs, dq_accum, p.kv_like(), p.kv_like())
+    from flashcute.kernels.sm80.bwd_dq import FlashAttentionBackwardDQSm80
+
+    return compile_kernel(FlashAttentionBackwardDQSm80(config), config, arch, dump_dir, *inputs, p.q_like())
+
+
+def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, list]:
+    """The heuristics' configs by kernel kind, per dtype x head-dim bucket x (window_left, window_right) (x exact
+    and padded head dim) on target ``arch``."""
+    kinds = {
+        "fwd": lambda d, t, w: fwd_config(d, t, *w, arch=arch),
+        "bwd": lambda d, t, w: bwd_config(d, t, *w),
+        "bwd-deterministic": lambda d, t, w: bwd_config(d, t, *w, deterministic=True),
+        "dq": lambda d, t, w: dq_config(d, t, *w),
+    }
+    found = {kind: [] for kind in kinds}
+    for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
+        for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
+            for kind, make in kinds.items():
+                found[kind].append(make(head_dim, dtype, window))
+    return found
+
+
+def forward(
+    q, k, v, out, lse, softmax_scale: float, diag_offset: int, window_left: int, window_right: int, config=None
+) -> None:
+    """out and lse from q, k, v (validated inputs, outputs allocated by the caller) with the heuristic's config,
+    or ``config`` (tests and tuning)."""
+    if config is None:
+        config = fwd_config(q.shape[-1], dtype_name(q), window_left, window_right, arch=device_arch(q.device))
+    kernel = compiled(config, q.device, compile)
+    run_on_device(q.device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+
+
+def supports_backward(head_dim: int, deterministic: bool) -> bool:
+    return True
+
+
+def backward(
+    dout,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    softmax_scale: float,
+    diag_offset: int,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv): the preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32
+    atomics into a buffer the preprocess zeroes, scaled and cast by the postprocess, or, deterministic, from the dQ
+    kernel, which adds in a fixed order."""
+    batch, seqlen_q, nheads, head_dim = q.shape
+    dtype = dtype_name(q)
+    delta = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+    dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    prepost.preprocess(dout, out, delta, dq_accum)
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    scalars = (softmax_scale, diag_offset, window_left, window_right)
+    config = bwd_config(head_dim, dtype, window_left, window_right, deterministic=deterministic)
+    tensors = (q, k, v, dout, lse, delta, dq_accum, dk, dv)
+    run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars)
+    if deterministic:
+        dq_kernel = compiled(dq_config(head_dim, dtype, window_left, window_right), q.device, compile)
+        run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars)
+    else:
+        prepost.postprocess(dq_accum, dq, softmax_scale)
+    return dq, dk, dv

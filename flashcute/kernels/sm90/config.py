@@ -1,0 +1,225 @@
+"""Configs of the Hopper family (TMA, wgmma, warp specialization) and the heuristics that pick them.
+
+A config holds every compile-time choice of one kernel and nothing that changes per call; it is the compile-cache
+key. Each heuristic choice carries its reason in one line; the measurements behind it are in docs/tuning-sm90.md,
+under the section named beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from flashcute.kernels.common.limits import MAX_SMEM_BYTES, head_dim_bucket, head_dim_label, mask_label, masks
+
+SMEM_BYTES = MAX_SMEM_BYTES["sm_90a"]
+# K and V tiles in flight: the producer loads one K/V tile ahead of the one the consumers read.
+NUM_STAGES = 2
+K_DESCRIPTOR_FORMS = ("64bit", "32bit", "uniform")
+
+
+@dataclass(frozen=True)
+class Sm90FwdConfig:
+    """The Hopper forward kernel (kernels/sm90/fwd.py).
+
+    block_m rows of Q per thread block, in block_m / 64 consumer warpgroups of 64 rows; block_n rows of K/V per
+    main-loop step, NUM_STAGES shared-memory buffers each for K and V, filled by TMA. Every kernel rescales lazily
+    (softmax.RESCALE_THRESHOLD): its steps on unmasked tiles keep each row's max.
+
+    rescale_o_early:    U *= alpha for tile n is applied at the next step, while that step's Q K^T runs, instead
+                        of after tile n's P V (worth it where U is large)
+    sum_chains:         independent chains for each row's sum in the softmax (its max keeps 4)
+    turn_before_k:      a step takes its turn before it waits for its K tile, not after
+    pass_turn_after_qk: a step passes the turn once its Q K^T is issued, before its P V, not after
+    k_descriptors:      how a step computes K's descriptors from the stage index: one of K_DESCRIPTOR_FORMS
+                        (wgmma.stage_steps says what each costs)
+    exp_in_place:       the steps of unmasked tiles take E into S's registers while the previous tile's P V still
+                        runs, and into P only after it (softmax.online_softmax_in_place); else E goes straight into P,
+                        after that P V (softmax.online_softmax_kept_max)
+    """
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    block_n: int
+    mask_right: bool
+    mask_left: bool
+    rescale_o_early: bool = False
+    sum_chains: int = 4
+    turn_before_k: bool = False
+    pass_turn_after_qk: bool = False
+    k_descriptors: str = "64bit"
+    exp_in_place: bool = False
+
+    @property
+    def label(self) -> str:
+        """ "sm90-bfloat16-d128-128x128s2-lazy8-right" ("-early": rescale_o_early; "-lazy8e": exp_in_place)."""
+        early = "-early" if self.rescale_o_early else ""
+        in_place = "e" if self.exp_in_place else ""
+        tiles = f"{self.block_m}x{self.block_n}s{NUM_STAGES}"
+        return f"sm90-{self.dtype}-{head_dim_label(self)}-{tiles}{early}-lazy8{in_place}-{mask_label(self)}"
+
+    @property
+    def empty_rows_keep_zero(self) -> bool:
+        """Whether the kept-max steps let a row still at -inf keep m = 0 (softmax.online_softmax_kept_max): under a
+        mask, with K/V tiles shorter than the Q tile, whose first (diagonal) tile shows no key to many rows
+        (docs/tuning-sm90.md, Rows that have seen no key)."""
+        return (self.mask_right or self.mask_left) and self.block_m > self.block_n
+
+    @property
+    def num_mma_warpgroups(self) -> int:
+        return self.block_m // 64
+
+    @property
+    def num_threads(self) -> int:
+        """One producer warpgroup (TMA) and the consumer warpgroups (wgmma and softmax)."""
+        return 128 * (1 + self.num_mma_warpgroups)
+
+    @property
+    def o_aliases_q(self) -> bool:
+        """O is staged for its TMA store in Q's shared memory (not its own) when both would not fit."""
+        return self._smem_bytes(separate_o=True) > SMEM_BYTES
+
+    def smem_bytes(self) -> int:
+        """Q, O unless it aliases Q, NUM_STAGES K and V tiles (2 bytes an element), and one KB for the mbarriers
+        and alignment."""
+        return self._smem_bytes(separate_o=not self.o_aliases_q)
+
+    def _smem_bytes(self, separate_o: bool) -> int:
+        rows = self.block_m * (2 if separate_o else 1) + 2 * NUM_STAGES * self.block_n
+        return 2 * self.head_dim_padded * rows + 1024
+
+
+def _forward_tiles(bucket: int) -> tuple[int, int]:
+    """(block_m, block_n), masked or not (docs/tuning-sm90.md, Forward tiles)."""
+    if bucket == 64:
+        return (192, 128)  # three consumer warpgroups: the short step needs more rows to hide the softmax
+    if bucket == 192:
+        return (128, 96)  # ahead of 112- and 64-row K/V tiles at 3 of 4 points
+    if bucket == 256:
+        return (128, 80)  # 80-row K/V tiles with P converted in pairs beat 64-row ones
+    return (128, 128)  # D=32, 96, 128: the register budget of two 64-row consumer warpgroups
+
+
+def _step_order(bucket: int, masked: bool) -> tuple[int, bool, bool]:
+    """(sum_chains, turn_before_k, pass_turn_after_qk): ptxas schedules the softmax around the MMA waits
+    differently for each order, a few per cent a step (docs/tuning-sm90.md, Step order)."""
+    if bucket == 64 and not masked:
+        return (1, True, False)  # 0.973 / 0.983 of the default's tile cycles
+    if bucket == 128:
+        return (1, True, True)  # 0.972-0.983 of the default's tile cycles, masked or not
+    return (4, False, False)  # elsewhere no order beat the default (D=256) or none was measured
+
+
+def _k_descriptors(bucket: int, dtype: str) -> str:
+    """Sm90FwdConfig.k_descriptors (docs/tuning-sm90.md, K descriptors)."""
+    if bucket == 256:
+        return "uniform"  # the lazy D=256 step's descriptors otherwise leave the uniform registers
+    return "32bit" if dtype == "float16" else "64bit"  # the fewest SASS instructions a step for each dtype
+
+
+@functools.cache
+def sm90_fwd_config(head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1) -> Sm90FwdConfig:
+    """The heuristic for the Hopper forward kernel (window_right = 0 is causal)."""
+    bucket = head_dim_bucket(head_dim)
+    mask_right, mask_left = masks(window_left, window_right)
+    masked = mask_right or mask_left
+    block_m, block_n = _forward_tiles(bucket)
+    sum_chains, turn_before_k, pass_turn_after_qk = _step_order(bucket, masked)
+    return Sm90FwdConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=block_m,
+        block_n=block_n,
+        mask_right=mask_right,
+        mask_left=mask_left,
+        # U is 128 registers a thread at D=256: rescaled under the next Q K^T (FlashAttention-4's rule)
+        rescale_o_early=bucket > 128,
+        sum_chains=sum_chains,
+        turn_before_k=turn_before_k,
+        pass_turn_after_qk=pass_turn_after_qk,
+        k_descriptors=_k_descriptors(bucket, dtype),
+        # under a mask at D >= 192 P V is as long as Q K^T: E goes ahead of it (docs/tuning-sm90.md, E in place of S)
+        exp_in_place=masked and bucket >= 192,
+    )
+
+
+@dataclass(frozen=True)
+class Sm90BwdConfig:
+    """The Hopper backward kernel (kernels/sm90/bwd.py).
+
+    block_n rows of K/V per thread block, 64 per consumer warpgroup; block_m rows of Q per step, NUM_STAGES
+    shared-memory buffers of Q, dO, LSE and D (filled by TMA) and of dS. The dQ GEMM of a step is split between
+    the two consumer warpgroups along its rows when block_m is 128, along the head dim when block_m is 64.
+    """
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    block_m: int
+    block_n: int
+    mask_right: bool
+    mask_left: bool
+
+    @property
+    def label(self) -> str:
+        """ "sm90bwd-bfloat16-d128-64x128s2-right"."""
+        tiles = f"{self.block_m}x{self.block_n}s{NUM_STAGES}"
+        return f"sm90bwd-{self.dtype}-{head_dim_label(self)}-{tiles}-{mask_label(self)}"
+
+    @property
+    def num_mma_warpgroups(self) -> int:
+        return self.block_n // 64
+
+    @property
+    def num_threads(self) -> int:
+        """One producer warpgroup (TMA) and the consumer warpgroups (wgmma)."""
+        return 128 * (1 + self.num_mma_warpgroups)
+
+    @property
+    def dq_split_rows(self) -> bool:
+        """The consumer warpgroups split dQ's rows (True) or its head dim (False)."""
+        return self.block_m == 64 * self.num_mma_warpgroups
+
+    def smem_bytes(self) -> int:
+        """K and V tiles, NUM_STAGES Q, dO and dS tiles (2 bytes an element), NUM_STAGES LSE and D rows and a dQ
+        tile (4 bytes an element), and one KB for the mbarriers and alignment."""
+        d, stages = self.head_dim_padded, NUM_STAGES
+        tiles = 2 * (2 * self.block_n * d + stages * (2 * self.block_m * d + self.block_n * self.block_m))
+        return tiles + 4 * (2 * stages * self.block_m + self.block_m * d) + 1024
+
+
+def _backward_tiles(bucket: int) -> tuple[int, int] | None:
+    """(block_m, block_n): FlashAttention-3's H100 shapes (docs/tuning-sm90.md, Backward tiles); None where the
+    family has no backward (the registry's next family takes it)."""
+    if bucket == 64:
+        return (128, 128)  # at 64 the Q tile can be 128 rows
+    if bucket == 128:
+        return (64, 128)  # keeps dV, dK, S and dP of 64 key rows in a warpgroup's 240 registers
+    return None
+
+
+def sm90_bwd_supports(head_dim: int) -> bool:
+    """Whether the Hopper backward has a configuration for this head dim."""
+    return _backward_tiles(head_dim_bucket(head_dim)) is not None
+
+
+@functools.cache
+def sm90_bwd_config(head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1) -> Sm90BwdConfig:
+    """The heuristic for the Hopper backward kernel (window_right = 0 is causal)."""
+    bucket = head_dim_bucket(head_dim)
+    tiles = _backward_tiles(bucket)
+    if tiles is None:
+        raise ValueError(f"the Hopper backward has no tiles for head dim {head_dim}")
+    mask_right, mask_left = masks(window_left, window_right)
+    return Sm90BwdConfig(
+        dtype=dtype,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
+        block_m=tiles[0],
+        block_n=tiles[1],
+        mask_right=mask_right,
+        mask_left=mask_left,
+    )

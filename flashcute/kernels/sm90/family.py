@@ -1,0 +1,146 @@
+"""The Hopper family's launch contract (sm_90: TMA, wgmma, warp specialization).
+
+What its kernels need of the tensors beyond the shared validation: layouts a TMA tensor map can describe
+(tma_addressable), a zeroed tile counter for the persistent forward, and for the backward LSE * log2(e) and D
+padded to whole Q tiles, which it bulk-copies a tile at a time. The backward covers the head dims it has tiles for
+(buckets 64 and 128) and not the deterministic mode: supports_backward says so, and the registry's next family
+takes the rest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from flashcute.kernels.common import prepost
+from flashcute.kernels.launch import compiled, dtype_name, num_sms, run_on_device
+from flashcute.kernels.sm90.config import (
+    Sm90BwdConfig,
+    Sm90FwdConfig,
+    sm90_bwd_config,
+    sm90_bwd_supports,
+    sm90_fwd_config,
+)
+
+NAME = "sm90"
+ARCHS = ("sm_90a",)
+CONFIG_TYPES = (Sm90FwdConfig, Sm90BwdConfig)
+
+
+def runs_on(capability: tuple[int, int]) -> bool:
+    return capability[0] == 9
+
+
+def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | None = None):
+    """The forward: (q, k, v, out, lse, tile_counter, softmax_scale, diag_offset, window_left, window_right,
+    max_grid). The backward: (q, k, v, dout, lse_log2, d, dq_accum, dk, dv, softmax_scale, diag_offset,
+    window_left, window_right), lse_log2 and d padded to whole Q tiles."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import cutlass
+
+    from flashcute.kernels.build import ATTENTION_SCALARS, SymbolicProblem, compile_kernel
+
+    p = SymbolicProblem(config)
+    if isinstance(config, Sm90FwdConfig):
+        from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
+
+        tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.tile_counter())
+        kernel = FlashAttentionForwardSm90(config)
+        return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1))
+    from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
+
+    stats = (p.padded_row_stats(), p.padded_row_stats())
+    tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), *stats, p.q_like(cutlass.Float32))
+    kernel = FlashAttentionBackwardSm90(config)
+    return compile_kernel(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like())
+
+
+def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, list]:
+    """The heuristics' configs by kernel kind, per dtype x head-dim bucket x (window_left, window_right) (x exact
+    and padded head dim); the backward at the buckets it has tiles for."""
+    found = {"fwd": [], "bwd": []}
+    if arch not in ARCHS:
+        return found
+    for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
+        for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
+            found["fwd"].append(sm90_fwd_config(head_dim, dtype, *window))
+            if sm90_bwd_supports(head_dim):
+                found["bwd"].append(sm90_bwd_config(head_dim, dtype, *window))
+    return found
+
+
+def tma_addressable(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a TMA tensor map can describe it: a broadcast dim (stride 0, size > 1) is materialized (a copy),
+    and a size-1 dim with stride 0 gets the contiguous stride (a view). Other layouts are returned as they are."""
+    if any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape, strict=True)):
+        t = t.contiguous()
+    if 0 in t.stride():
+        strides = [stride or math.prod(t.shape[dim + 1 :]) for dim, stride in enumerate(t.stride())]
+        t = t.as_strided(t.shape, strides)
+    return t
+
+
+def forward(
+    q,
+    k,
+    v,
+    out,
+    lse,
+    softmax_scale: float,
+    diag_offset: int,
+    window_left: int,
+    window_right: int,
+    config: Sm90FwdConfig | None = None,
+    grid: int | None = None,
+) -> None:
+    """out and lse from q, k, v (validated inputs, outputs allocated by the caller) with the heuristic's config,
+    or ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests: fewer blocks, each
+    claiming several tiles)."""
+    q, k, v = (tma_addressable(t) for t in (q, k, v))
+    if config is None:
+        config = sm90_fwd_config(q.shape[-1], dtype_name(q), window_left, window_right)
+    counter = torch.zeros(1, dtype=torch.int32, device=q.device)
+    scalars = (softmax_scale, diag_offset, window_left, window_right, grid or num_sms(q.device))
+    run_on_device(q.device, compiled(config, q.device, compile), q, k, v, out, lse, counter, *scalars)
+
+
+def supports_backward(head_dim: int, deterministic: bool) -> bool:
+    return not deterministic and sm90_bwd_supports(head_dim)
+
+
+def backward(
+    dout,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    softmax_scale: float,
+    diag_offset: int,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv): the preprocess D = rowsum(dO * O) (and dQaccum zeroed); the Hopper kernel, which adds dQ by TMA
+    reduce-adds of whole tiles and applies softmax_scale; the postprocess casts dQ."""
+    batch, seqlen_q, nheads, head_dim = q.shape
+    config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right)
+    rows = -(-seqlen_q // config.block_m) * config.block_m  # whole Q tiles, bulk-copied a tile at a time
+    delta = torch.empty((batch, nheads, rows), dtype=torch.float32, device=q.device)
+    dq_accum = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    prepost.preprocess(dout, out, delta[..., :seqlen_q], dq_accum)
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
+    # past seqlen_q, and where a row saw no key (LSE = -inf): LSE * log2(e) = +inf, so P = 0; D = 0
+    delta[..., seqlen_q:] = 0.0
+    lse_log2 = torch.full((batch, nheads, rows), math.inf, dtype=torch.float32, device=q.device)
+    lse_log2[..., :seqlen_q] = torch.where(lse == -math.inf, math.inf, lse * math.log2(math.e))
+    scalars = (softmax_scale, diag_offset, window_left, window_right)
+    tensors = (q, k, v, dout, lse_log2, delta, dq_accum, dk, dv)
+    run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars)
+    prepost.postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
+    return dq, dk, dv

@@ -1,0 +1,233 @@
+"""The disk cache's key, on the CPU: it follows the kernel sources' code, not their comments, docstrings or layout."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from flashcute import compile_cache
+from flashcute.compile_cache import _code_of, _entry_name, fingerprint_tree, source_fingerprint
+
+PACKAGE_DIR = Path(compile_cache.__file__).resolve().parent
+
+PROBE = '''"""A module the tests edit."""
+
+import math
+
+TILE = 128
+
+
+class Tile:
+    """A tile."""
+
+    size: int = TILE
+    """Its size."""
+
+    def area(self, other):
+        """Its area."""
+        # a comment
+        return self.size * other + math.floor(1.5)
+
+    def nothing(self):
+        pass
+'''
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    """A small package: kernels/ with the probe module among others, and a top-level config.py."""
+    root = tmp_path / "flashcute"
+    files = {
+        "kernels/__init__.py": "",
+        "kernels/common/__init__.py": '"""Shared pieces."""\n',
+        "kernels/common/utils.py": "def ceil_div(a, b):\n    return (a + b - 1) // b\n",
+        "kernels/sm80/__init__.py": "",
+        "kernels/sm80/probe.py": PROBE,
+        "kernels/sm90/__init__.py": "",
+        "kernels/sm90/config.py": "import dataclasses\n\n\n@dataclasses.dataclass\nclass C:\n    n: int = 2\n",
+        "config.py": "BLOCK = 128  # tiles\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def _probe(package: Path) -> Path:
+    return package / "kernels" / "sm80" / "probe.py"
+
+
+def test_every_kernel_source_parses():
+    paths = [*(PACKAGE_DIR / "kernels").rglob("*.py"), PACKAGE_DIR / "config.py"]
+    assert [p for p in paths if p.is_file() and _code_of(p).startswith(b"unparsed")] == []
+
+
+def test_same_tree_same_key(package: Path, tmp_path: Path):
+    key = fingerprint_tree(package)
+    assert len(key) == 64
+    assert fingerprint_tree(package) == key
+    shutil.copytree(package, tmp_path / "elsewhere" / "flashcute")
+    assert fingerprint_tree(tmp_path / "elsewhere" / "flashcute") == key  # where the package lies is no part of it
+
+
+def test_real_tree_same_key(tmp_path: Path):
+    copy = tmp_path / "copy" / "flashcute"
+    shutil.copytree(PACKAGE_DIR / "kernels", copy / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    if (PACKAGE_DIR / "config.py").is_file():
+        shutil.copy(PACKAGE_DIR / "config.py", copy / "config.py")
+    key = fingerprint_tree(copy)
+    shutil.copytree(copy, tmp_path / "again" / "flashcute")  # a copy of the copy: the real tree may be edited meanwhile
+    assert fingerprint_tree(tmp_path / "again" / "flashcute") == key
+    with (copy / "kernels" / "__init__.py").open("a") as init:
+        init.write("\n# a comment\n")
+    assert fingerprint_tree(copy) == key
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("import math\n", "import math  # for floor\n"),
+        ("    def area", "    # a new comment line, which moves every line below\n\n    def area"),
+        ("        # a comment\n", ""),
+        ("TILE = 128\n", "TILE = (\n    128\n)\n"),
+        ("math.floor(1.5)", "math.floor( 1.5 )"),
+    ],
+    ids=["comment-added", "comment-line-added", "comment-removed", "reflowed", "spaces"],
+)
+def test_comments_and_layout_keep_the_key(package: Path, old: str, new: str):
+    key = fingerprint_tree(package)
+    _edit(_probe(package), old, new)
+    assert fingerprint_tree(package) == key
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('"""A module the tests edit."""', '"""A module the tests edit, and a longer docstring."""'),
+        ('"""A module the tests edit."""\n', ""),
+        ('"""A tile."""', "'''A tile,\n    over two lines.'''"),
+        ('        """Its area."""\n', ""),
+        ('    """Its size."""\n', '    """Its size in elements."""\n'),
+        ("        pass\n", '        """Does nothing."""\n'),
+        ("        pass\n", '        """Does nothing."""\n        pass\n'),
+    ],
+    ids=["module", "module-removed", "class", "method-removed", "attribute", "only-docstring", "docstring-added"],
+)
+def test_docstrings_keep_the_key(package: Path, old: str, new: str):
+    key = fingerprint_tree(package)
+    _edit(_probe(package), old, new)
+    assert fingerprint_tree(package) == key
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("TILE = 128", "TILE = 64"),
+        ("self.size * other", "self.size + other"),
+        ("math.floor(1.5)", "math.ceil(1.5)"),
+        ("def area(self, other)", "def area(self, other, scale=1)"),
+        ("        pass\n", "        return None\n"),
+        ("        # a comment\n", '        "a string that is " + "code"\n'),
+    ],
+    ids=["constant", "operator", "call", "signature", "statement", "expression"],
+)
+def test_code_changes_the_key(package: Path, old: str, new: str):
+    key = fingerprint_tree(package)
+    _edit(_probe(package), old, new)
+    assert fingerprint_tree(package) != key
+
+
+def test_code_anywhere_in_the_tree_changes_the_key(package: Path):
+    key = fingerprint_tree(package)
+    (package / "kernels" / "sm90" / "deeper").mkdir(parents=True)
+    added = package / "kernels" / "sm90" / "deeper" / "extra.py"
+    added.write_text('"""Only a docstring."""\n')
+    with_file = fingerprint_tree(package)
+    assert with_file != key  # a new file is a new module
+    added.write_text("X = 1\n")
+    assert fingerprint_tree(package) != with_file
+    added.unlink()
+    assert fingerprint_tree(package) == key
+
+
+def test_top_level_config_counts_while_it_exists(package: Path):
+    config = package / "config.py"
+    key = fingerprint_tree(package)
+    config.write_text('"""Tiles."""\n\n# a comment\nBLOCK = 128\n')
+    assert fingerprint_tree(package) == key
+    config.write_text("BLOCK = 64\n")
+    assert fingerprint_tree(package) != key
+    config.unlink()  # after the move into kernels/: the key is made of kernels/ alone
+    assert fingerprint_tree(package) != key
+
+
+def test_other_files_do_not_count(package: Path):
+    key = fingerprint_tree(package)
+    (package / "tools.py").write_text("X = 1\n")
+    (package / "kernels" / "notes.md").write_text("# notes\n")
+    (package / "kernels" / "sm80" / "probe.pyc").write_bytes(b"\0")
+    assert fingerprint_tree(package) == key
+
+
+@pytest.mark.parametrize(
+    "destination",
+    ["kernels/sm80/probe2.py", "kernels/sm90/probe.py", "kernels/probe.py", "kernels/common/deeper/probe.py"],
+    ids=["renamed", "moved", "moved-up", "moved-down"],
+)
+def test_moving_a_file_changes_the_key(package: Path, destination: str):
+    key = fingerprint_tree(package)
+    target = package / destination
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _probe(package).rename(target)
+    assert fingerprint_tree(package) != key
+
+
+def test_unparsable_file_still_follows_its_bytes(package: Path):
+    broken = package / "kernels" / "sm80" / "broken.py"
+    broken.write_text("def f(:\n")
+    key = fingerprint_tree(package)
+    broken.write_text("def f(:  # still broken\n")
+    assert fingerprint_tree(package) != key
+
+
+def test_fingerprint_is_cheap():
+    start = time.process_time()
+    fingerprint_tree(PACKAGE_DIR)
+    assert time.process_time() - start < 1.0  # ~0.1 s for ~6k lines; a generous bound for a loaded CI machine
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    tile_m: int = 128
+    tile_n: int = 64
+    causal: bool = False
+
+
+def test_entry_name_follows_each_field():
+    base = _entry_name("sm_90a", _Config())
+    assert base.startswith("_config_sm_90a_")
+    names = {
+        base,
+        _entry_name("sm_90a", _Config(tile_m=64)),
+        _entry_name("sm_90a", _Config(tile_n=128)),
+        _entry_name("sm_90a", _Config(causal=True)),
+        _entry_name("sm_80", _Config()),
+    }
+    assert len(names) == 5
+
+
+def test_entry_name_is_stable():
+    name = _entry_name("sm_80", _Config(tile_n=32))
+    assert _entry_name("sm_80", _Config(tile_n=32)) == name
+    source_fingerprint.cache_clear()  # computed afresh from the same files: the same key
+    assert _entry_name("sm_80", _Config(tile_n=32)) == name
