@@ -1,4 +1,4 @@
-"""`flashcute demo | walkthrough | bench | check`: the command line.
+"""`flashcute demo | walkthrough | bench | check | compare | tune | sanitize | power`: the command line.
 
 Each command lives in its own module with ``add_arguments(parser)`` and ``run(args) -> int``; only the module of
 the command being run is imported, so `flashcute --help` answers without loading torch or CuTe DSL.
@@ -20,6 +20,19 @@ COMMANDS = {
     "walkthrough": ("flashcute.walkthrough", "the seed article's worked example, round by round, on the CPU"),
     "bench": ("flashcute.bench.cli", "the benchmark sweep against SDPA, FlexAttention, flash-attn-4 (needs a GPU)"),
     "check": ("flashcute.check", "compile every kernel variant without a GPU; report registers, spills, SASS"),
+    "compare": (
+        "flashcute.tools.compare",
+        "this checkout's kernels against an earlier commit's, timed side by side in one process (run: needs a GPU)",
+    ),
+    "tune": (
+        "flashcute.tools.tune",
+        "a family's heuristic forward config against the same config with fields overridden (needs a GPU)",
+    ),
+    "sanitize": (
+        "flashcute.tools.sanitize",
+        "compute-sanitizer memcheck, racecheck and synccheck over every kind of kernel (needs a GPU)",
+    ),
+    "power": ("flashcute.tools.power", "TFLOP/s, W, MHz and joules a PFLOP in sustained loops (needs a GPU)"),
 }
 
 

@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import torch
 
+from flashcute.bench.command import parse_size
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 WARMUP_MS, REPEAT_MS = 25.0, 100.0
 CPU_PROBLEM = {"batch": 2, "seqlen": 200, "nheads": 4, "headdim": 64}  # 200 rows: a partial tile of 64 at the end
@@ -27,8 +29,6 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `flashcute demo` (the problem run on the GPU)."""
-    from flashcute.bench.cli import parse_size
-
     parser.add_argument("--batch", type=parse_size, default=4, help="batch size (default 4)")
     parser.add_argument("--seqlen", type=parse_size, default=4096, help="query and key length, k = 1024 (default 4k)")
     parser.add_argument("--nheads", type=parse_size, default=16, help="heads (default 16)")

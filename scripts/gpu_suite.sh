@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# The GPU host's one call: pre-compile every kernel variant, run the GPU test suite, run the benchmark.
+# The GPU host's one command: pre-compile every kernel variant, run the GPU test suite, run the benchmark.
 #
 #   bash scripts/gpu_suite.sh OUT_DIR [pytest args ...] [-- bench args ...]
 #
-# Writes under OUT_DIR: compile.log, pytest.log (+ junit.xml), bench.log and bench.tar.gz (results.json,
-# results.md, plots), then prints a short summary table last. SKIP_BENCH=1 skips the benchmark; SANITIZE=1 also
-# runs scripts/sanitize.py (compute-sanitizer over every kind of kernel) into OUT_DIR/sanitize. Run it from the
-# repository root, with CuTe DSL importable (on the lent H200: `bash .gpu-wheels/install.sh b && source
-# .gpu-wheels/env.sh` first).
+# Writes under OUT_DIR: gpu.txt, compile.log, pytest.log (+ junit.xml), bench.log and bench.tar.gz (results.json,
+# results.md, plots), then prints a short summary last. SKIP_BENCH=1 skips the benchmark; SANITIZE=1 also runs
+# `flashcute sanitize` (compute-sanitizer over every kind of kernel) into OUT_DIR/sanitize. Run it from the
+# repository root, with CuTe DSL importable.
 set -uo pipefail
 out=${1:?usage: gpu_suite.sh OUT_DIR [pytest args] [-- bench args]}
 shift
@@ -32,13 +31,13 @@ test_rc=${PIPESTATUS[0]}
 
 sanitize_rc=0
 if [ "${SANITIZE:-0}" = 1 ]; then
-  python3 -P scripts/sanitize.py "$out/sanitize" > "$out/sanitize.log" 2>&1
+  python3 -m flashcute sanitize "$out/sanitize" > "$out/sanitize.log" 2>&1
   sanitize_rc=$?
 fi
 
 bench_rc=0
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  python3 -m flashcute.bench --out "$out/bench" "${bench_args[@]}" > "$out/bench.log" 2>&1
+  python3 -m flashcute bench --out "$out/bench" "${bench_args[@]}" > "$out/bench.log" 2>&1
   bench_rc=$?
   tar -czf "$out/bench.tar.gz" -C "$out" bench && rm -rf "$out/bench"
 fi

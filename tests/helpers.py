@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import random
 import zlib
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 
+import pytest
 import torch
 from hypothesis import strategies as st
 
+from flashcute.cli import main
 from flashcute.reference import attention_ref, attention_same_precision
 
 LN2 = math.log(2)
@@ -173,10 +173,28 @@ def random_gpu_cases(seed: int, count: int, max_seqlen: int, max_elements: int =
     return cases
 
 
-def load_script(name: str):
-    """scripts/<name>.py as a module (the scripts are run as files, not imported from a package)."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    """`flashcute ARGV...` in this process: (exit status, stdout, stderr)."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def time_on_the_cpu(monkeypatch, clock) -> None:
+    """bench's sweep on CPU inputs with a stand-in GPU: torch.cuda.is_available() says True, a timing runs the step
+    once and reads ``clock()``, a first call takes 5 ms, and the run's metadata names no GPU."""
+    from flashcute.bench import meta, runner
+    from flashcute.bench.inputs import make_inputs
+
+    def gpu_time_ms(step, warmup_ms, rep_ms):
+        step()
+        return clock()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runner, "make_rotation", lambda shape, with_grad: [make_inputs(shape, with_grad, "cpu")])
+    monkeypatch.setattr(runner, "wall_ms", lambda call: (5.0, call()))
+    monkeypatch.setattr(runner, "gpu_time_ms", gpu_time_ms)
+    monkeypatch.setattr(meta, "gpu", lambda: {"name": "a CPU stand-in"})

@@ -1,4 +1,5 @@
-"""The `flashcute` command: demo (the no-GPU path; the GPU path's table on the CPU), walkthrough, bench, --help."""
+"""The `flashcute` command: demo (the no-GPU path; the GPU path's table on the CPU), walkthrough, bench, --help (the
+tools' own commands are tested in test_compare.py, test_tune.py, test_sanitize.py and test_power.py)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,9 @@ import torch
 from flashcute import demo
 from flashcute.cli import COMMANDS, main
 from flashcute.reference import attention_same_precision
+from tests.helpers import no_gpu, run_main
 
-no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
 SEED_O = "O   = [[7/8, 3/4], [4/3, 1/3]]"
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_help_lists_every_command(capsys):
@@ -38,8 +33,13 @@ def test_a_command_is_required(capsys):
     assert exit_info.value.code == 2 and "COMMAND" in capsys.readouterr().err
 
 
-def test_help_does_not_import_torch():
-    code = "import sys\nfrom flashcute.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["compare", "run", "--help"], ["tune", "--help"], ["sanitize", "--help"], ["power", "--help"]],
+    ids=lambda argv: " ".join(argv),
+)
+def test_help_does_not_import_torch(argv):
+    code = f"import sys\nfrom flashcute.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
     code += "print('torch' in sys.modules, 'cutlass' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.splitlines()[-1] == "False False"

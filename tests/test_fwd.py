@@ -33,13 +33,6 @@ MASKS = [
 ]
 
 
-@pytest.fixture(params=["sm80", "sm90"])
-def kernel(request) -> str:
-    if request.param not in flashcute.available_kernels():
-        pytest.skip(f"kernel {request.param} does not run on this GPU")
-    return request.param
-
-
 def randn(*shape, dtype=torch.bfloat16):
     return torch.randn(*shape, device="cuda", dtype=dtype)
 

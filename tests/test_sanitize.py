@@ -1,4 +1,5 @@
-"""scripts/sanitize.py: its cases and its reading of compute-sanitizer's output (CPU), its driver (GPU)."""
+"""`flashcute sanitize`: its cases (what the kernels branch on, every head-dim bucket and kernel kind), its flags and
+refusals, its reading of compute-sanitizer's output (CPU); the driver on a case of each family (GPU)."""
 
 import os
 import stat
@@ -6,31 +7,86 @@ import stat
 import pytest
 import torch
 
-from flashcute.config import head_dim_bucket
+from flashcute.kernels import registry
+from flashcute.kernels.common.limits import HEAD_DIM_BUCKETS, head_dim_bucket
+from flashcute.tools.sanitize import CASES, sanitize
 from flashcute.validation import validate_attention_args
-from tests.helpers import load_script
+from tests.helpers import no_gpu, run_main
 
 
 def test_cases_are_valid_and_cover_what_the_kernels_branch_on():
-    sanitize = load_script("sanitize")
-    cases = sanitize.CASES
-    assert len({str(case) for case in cases}) == len(cases)
-    for case in cases:
+    assert len({str(case) for case in CASES}) == len(CASES)
+    for case in CASES:
         b, sq, sk, h, hk, d = case.sizes
         q, k = torch.empty(b, sq, h, d), torch.empty(b, sk, hk, d)
         validate_attention_args(q, k, k, **case.options)
-    sizes = [case.sizes for case in cases]
-    assert {head_dim_bucket(d) for *_, d in sizes} == {32, 64, 96, 128, 192, 256}
+    sizes = [case.sizes for case in CASES]
+    assert {head_dim_bucket(d) for *_, d in sizes} == set(HEAD_DIM_BUCKETS)
     assert any(d != head_dim_bucket(d) for *_, d in sizes), "a padded head dim"
     assert any(sq < sk for _, sq, sk, *_ in sizes) and any(sq > sk for _, sq, sk, *_ in sizes)
     assert any(h != hk for _, _, _, h, hk, _ in sizes), "GQA"
     assert any(sq == 1 for _, sq, *_ in sizes)
-    assert any(case.q_strided for case in cases)
-    assert any(case.backward and case.deterministic for case in cases)
-    assert any(case.backward and not case.deterministic and case.sizes[-1] <= 128 for case in cases), "sm90 bwd"
-    options = [case.options for case in cases]
+    assert any(case.q_strided for case in CASES)
+    options = [case.options for case in CASES]
     assert any(o.get("causal_align") == "top_left" for o in options) and any("window_size" in o for o in options)
-    assert {case.dtype for case in cases} == {"float16", "bfloat16"}
+    assert {case.dtype for case in CASES} == {"float16", "bfloat16"}
+
+
+@pytest.mark.parametrize("name", registry.FAMILIES)
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic-dq", "deterministic-dq"])
+def test_cases_reach_every_kind_of_kernel_of_each_family(name, deterministic):
+    """The driver runs every case with each family first, so each family's forward runs every case. Its backward,
+    in each dQ mode it covers at some head dim (atomic dQ with the postprocess; the deterministic dQ kernel), takes
+    some case; the preprocess runs before either."""
+    family = registry.family(name)
+    if not any(family.supports_backward(bucket, deterministic) for bucket in HEAD_DIM_BUCKETS):
+        pytest.skip(f"{name} has no backward in this mode (the next family takes it)")
+    assert any(
+        case.backward
+        and case.deterministic == deterministic
+        and family.supports_backward(case.sizes[-1], deterministic)
+        for case in CASES
+    )
+
+
+def test_list_prints_each_case_with_its_index(capsys):
+    code, out, _ = run_main(capsys, "sanitize", "--list")
+    assert code == 0 and out.splitlines() == [f"{i:>2}  {case}" for i, case in enumerate(CASES)]
+    code, out, _ = run_main(capsys, "sanitize", "--list", "--cases", "3,1")
+    assert out.splitlines() == [f" 3  {CASES[3]}", f" 1  {CASES[1]}"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (["--tools", "memcheck,bogus"], "tool 'bogus' is not one of memcheck, racecheck, synccheck"),
+        (["--cases", str(len(CASES))], f"case {len(CASES)} is not in 0..{len(CASES) - 1}"),
+    ],
+)
+def test_malformed_flags_are_argparse_errors(tmp_path, capsys, flag, message):
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(capsys, "sanitize", str(tmp_path), *flag)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--kernels", "sm90,sm70"], "kernel must be one of ('sm90', 'sm80')"),
+        ([], "OUT_DIR is required (unless --driver or --list)"),
+    ],
+)
+def test_an_unknown_family_or_no_out_dir_is_refused(capsys, argv, message):
+    code, _, err = run_main(capsys, "sanitize", *argv)
+    assert code == 2 and message in err
+
+
+@no_gpu
+@pytest.mark.parametrize("argv", [["OUT_DIR"], ["--driver", "--cases", "2"]])
+def test_without_gpu_says_so(tmp_path, capsys, argv):
+    code, _, err = run_main(capsys, "sanitize", *(str(tmp_path / arg) if arg == "OUT_DIR" else arg for arg in argv))
+    assert code == 2 and "flashcute sanitize: no CUDA GPU" in err
+    assert not (tmp_path / "OUT_DIR").exists()
 
 
 @pytest.mark.parametrize(
@@ -43,19 +99,20 @@ def test_cases_are_valid_and_cover_what_the_kernels_branch_on():
     ],
 )
 def test_a_run_reports_the_sanitizers_summary(tmp_path, monkeypatch, printed, status, errors):
-    sanitize = load_script("sanitize")
     fake = tmp_path / "compute-sanitizer"
     fake.write_text(f"#!/bin/sh\necho 'ran bf16-case'\ncat <<'END'\n{printed}\nEND\nexit {status}\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    result = sanitize.sanitize("memcheck", ["python", "driver"], tmp_path / "memcheck.log")
+    result = sanitize("memcheck", ["python", "driver"], tmp_path / "memcheck.log")
     assert result["returncode"] == status and result["errors"] == errors and result["cases_run"] == 1
     assert "ran bf16-case" in (tmp_path / "memcheck.log").read_text()
 
 
 @pytest.mark.gpu
-def test_the_driver_runs_a_case_on_both_kernels_and_matches_the_spec():
+def test_the_driver_runs_a_case_on_each_family_and_matches_the_spec(capsys):
+    code, out, _ = run_main(capsys, "sanitize", "--driver", "--check", "--cases", "1")
+    assert code == 0, out
     from flashcute import available_kernels
 
-    sanitize = load_script("sanitize")
-    assert sanitize.run_cases(available_kernels(), [sanitize.CASES[1]], check=True) == []
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("ran ")] == available_kernels()
+    assert "all outputs match attention_ref" in out

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -64,22 +65,25 @@ def _heads_first(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 # ---- flashcute ---------------------------------------------------------------------------------------------------
 
 
-def _build_flashcute(kernel: str, shape: Shape) -> AttentionFn:
-    from flashcute import flash_attn_func
+def flashcute_backend(name: str, package: ModuleType, kernel: str) -> Backend:
+    """``package.flash_attn_func`` with ``kernel``: flashcute's, or that of another tree's copy of the package."""
 
-    return partial(flash_attn_func, causal=shape.causal, kernel=kernel)
+    def build(shape: Shape) -> AttentionFn:
+        return partial(package.flash_attn_func, causal=shape.causal, kernel=kernel)
+
+    return Backend(name, build)
 
 
 def _flashcute_backends() -> list[Backend]:
     try:
-        from flashcute.interface import available_kernels
+        import flashcute
 
-        kernels = available_kernels()
+        kernels = flashcute.available_kernels()
     except Exception as exc:  # a broken flashcute is reported like a missing backend, never fatal to the sweep
         return [_unavailable("flashcute", f"available_kernels() failed: {type(exc).__name__}: {exc}")]
     if not kernels:
         return [_unavailable("flashcute", "no flashcute kernel runs on this GPU")]
-    return [Backend(f"flashcute-{kernel}", partial(_build_flashcute, kernel)) for kernel in kernels]
+    return [flashcute_backend(f"flashcute-{kernel}", flashcute, kernel) for kernel in kernels]
 
 
 # ---- flash-attn-4 --------------------------------------------------------------------------------------------------

@@ -3,74 +3,25 @@
 import argparse
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
-
-import torch
 
 from flashcute.bench import meta
 from flashcute.bench.backends import select_backends
-from flashcute.bench.grid import DTYPES, FULL, QUICK, GridSpec, make_grid
-from flashcute.bench.passes import PASSES
+from flashcute.bench.command import add_grid_arguments, add_timing_arguments, grid_from_flags, no_gpu
+from flashcute.bench.flops import PASSES
+from flashcute.bench.grid import FULL, QUICK, GridSpec, make_grid
 from flashcute.bench.plot import write_plots
 from flashcute.bench.report import compare, render
 from flashcute.bench.results import Results, Row
 from flashcute.bench.runner import Settings, host_overheads, sweep
 
-T = TypeVar("T")
-BOOLS = {"no": False, "false": False, "0": False, "yes": True, "true": True, "1": True}
 QUICK_TIMING_MS = (5.0, 20.0)
-NO_GPU = (
-    "flashcute bench: no CUDA GPU here (torch {} reports torch.cuda.is_available() == False). "
-    "The benchmark times GPU kernels; run it on a machine with an NVIDIA GPU."
-)
-
-
-def comma_list(parse_item: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
-    """An argparse type for "a,b,c": each item parsed, duplicates dropped, order kept."""
-
-    def parse(text: str) -> tuple[T, ...]:
-        try:
-            items = tuple(dict.fromkeys(parse_item(item.strip()) for item in text.split(",") if item.strip()))
-        except (KeyError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from exc
-        if not items:
-            raise argparse.ArgumentTypeError(f"{text!r} names nothing")
-        return items
-
-    return parse
-
-
-def parse_dtype(text: str) -> str:
-    if text not in DTYPES:
-        raise ValueError(f"dtype {text!r} is not one of {', '.join(DTYPES)}")
-    return text
-
-
-def parse_size(text: str) -> int:
-    """A positive int, with k for 1024: "4k" -> 4096."""
-    value = int(text[:-1]) * 1024 if text.lower().endswith("k") else int(text)
-    if value <= 0:
-        raise ValueError(f"{text!r} is not a positive size")
-    return value
-
-
-def parse_causal(text: str) -> bool:
-    if text.lower() not in BOOLS:
-        raise ValueError(f"causal {text!r} is not one of {', '.join(BOOLS)}")
-    return BOOLS[text.lower()]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    grid = parser.add_argument_group("grid (default: design.md's; each flag narrows or overrides it)")
-    grid.add_argument("--dtype", type=comma_list(parse_dtype), help="comma list of bf16, fp16 (default: both)")
-    grid.add_argument("--headdim", type=comma_list(parse_size), help="comma list (default: 64,128,256)")
-    grid.add_argument("--causal", type=comma_list(parse_causal), help="comma list of no, yes (default: no,yes)")
-    grid.add_argument("--seqlen", type=comma_list(parse_size), help="comma list, k = 1024 (default: 1k,2k,4k,8k,16k)")
-    grid.add_argument("--batch", type=parse_size, help="batch for every seqlen (default: 16384 // seqlen)")
-    grid.add_argument("--nheads", type=parse_size, help="heads for every headdim (default: 2048 // headdim)")
+    grid = add_grid_arguments(parser, FULL, "grid (default: design.md's; each flag narrows or overrides it)")
     grid.add_argument("--quick", action="store_true", help="a tiny grid and short timing, for smoke tests")
     parser.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd", help="what is timed (default: fwd)")
     parser.add_argument(
@@ -82,27 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", type=Path, metavar="OLD.json", help="also print the change against a saved run")
     parser.add_argument("--warmup", type=float, metavar="MS", help="warm-up per row, ms (default: 25; --quick: 5)")
     parser.add_argument("--repeats", type=float, metavar="MS", help="timing per row, ms (default: 100; --quick: 20)")
-    parser.add_argument(
-        "--rounds",
-        type=parse_size,
-        default=1,
-        help="time the backends of a shape this many times, in turn (each round in another order, every backend "
-        "after every other), and keep each one's median (default: 1)",
-    )
-    parser.add_argument("--no-check", action="store_true", help="skip the correctness check against float64")
+    add_timing_arguments(parser, rounds=1)
 
 
 def grid_spec(args: argparse.Namespace) -> GridSpec:
-    overrides = {
-        "dtypes": args.dtype,
-        "headdims": args.headdim,
-        "causals": args.causal,
-        "seqlens": args.seqlen,
-        "batch": args.batch,
-        "nheads": args.nheads,
-    }
-    base = QUICK if args.quick else FULL
-    return dataclasses.replace(base, **{name: value for name, value in overrides.items() if value is not None})
+    return grid_from_flags(args, QUICK if args.quick else FULL)
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -135,8 +70,7 @@ def progress(rows: Iterator[Row], total: int) -> Iterator[Row]:
 
 def run(args: argparse.Namespace) -> int:
     """The sweep; 0 when any row was timed, 1 when none could be, 2 without a GPU or with an unreadable --compare."""
-    if not torch.cuda.is_available():
-        print(NO_GPU.format(torch.__version__), file=sys.stderr)
+    if no_gpu("bench"):
         return 2
     try:
         old = Results.load(args.compare) if args.compare else None

@@ -2,6 +2,8 @@
 
 PASS_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
 """Work of each pass relative to the forward: the backward runs five matmuls to the forward's two."""
+PASSES = tuple(PASS_FACTOR)
+"""What a sweep can time: the forward, the backward alone (its forward outside the timing), or both."""
 
 
 def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> float:

@@ -1,13 +1,19 @@
-"""The sweep's problem shapes: the default grid of design.md, narrowed or overridden by flags."""
+"""The sweep's problem shapes: the default grid of design.md, narrowed or overridden by flags. No torch at import,
+so that the commands' flags parse without loading it."""
+
+from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from flashcute.bench.flops import attention_flops
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+"""The grid's dtypes by short name, with the name torch and the kernels' configs give each."""
 TOKENS = 16384
 """batch · seqlen in the default grid, so every shape moves the same number of tokens."""
 HIDDEN = 2048
@@ -32,7 +38,9 @@ class Shape:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        import torch
+
+        return getattr(torch, DTYPES[self.dtype])
 
     def flops(self, pass_: str) -> float:
         return attention_flops(self.batch, self.nheads, self.seqlen, self.seqlen, self.headdim, self.causal, pass_)

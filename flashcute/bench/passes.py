@@ -10,7 +10,6 @@ from flashcute.bench.inputs import InputSet
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """(q, k, v) -> out, all (batch, seqlen, nheads, headdim)."""
-PASSES = ("fwd", "bwd", "fwd+bwd")
 
 
 class NoBackward(Exception):

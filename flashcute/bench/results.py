@@ -51,9 +51,12 @@ class Results:
     host_overhead_us: dict[str, float | str] = field(default_factory=dict)
     """Per backend: host microseconds per call on a tiny problem, or why it could not be measured."""
 
-    def to_json(self) -> str:
+    def to_dict(self) -> dict:
         rows = [row.to_dict() for row in self.rows]
-        return json.dumps({"meta": self.meta, "host_overhead_us": self.host_overhead_us, "rows": rows}, indent=1)
+        return {"meta": self.meta, "host_overhead_us": self.host_overhead_us, "rows": rows}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
 
     def save(self, path: Path) -> None:
         path.write_text(self.to_json() + "\n")

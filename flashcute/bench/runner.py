@@ -37,8 +37,8 @@ class Settings:
     """How many times each backend of a shape is timed, in turn with the others, each round in round_order's order;
     a row keeps the median. The GPU's clock drifts with its temperature and idle spells, so one reading favors
     whichever backend the drift favors; alternating rounds give every backend the same conditions. At the power cap
-    a reading also depends on what ran just before it (docs/perf-notes.md, stops 14 and 19): round_order gives every
-    backend every predecessor in turn."""
+    a reading also depends on what ran just before it (docs/benchmarking.md, Rounds in a balanced order):
+    round_order gives every backend every predecessor in turn."""
 
 
 def sweep(shapes: list[Shape], backends: list[Backend], settings: Settings) -> Iterator[Row]:
@@ -88,10 +88,10 @@ def round_order(items: list, round_idx: int) -> list:
     square (Williams' design: 0, 1, n-1, 2, n-2, ... shifted by the round), so that over n rounds (2n for an odd
     count n, the second n reversed) every item is timed right after every other one equally often.
 
-    At the H200's 700 W cap a reading depends on what ran just before it (docs/perf-notes.md, stops 14, 15 and
-    19): with the order as given and reversed in turn, as before, an item's predecessor in the forward rounds never
-    changed, and in stop 19 a sweep's candidate timed after flash-attn-4 read 1.3 % below another that one process
-    alternating only the two found 1 % faster.
+    At the H200's 700 W cap a reading depends on what ran just before it: with the order as given and reversed in
+    turn, an item's predecessor in the forward rounds never changed, and a sweep's candidate timed after
+    flash-attn-4 read 1.3 % below another that one process alternating only the two found 1 % faster
+    (docs/benchmarking.md, Rounds in a balanced order).
     """
     n = len(items)
     first = [0]

@@ -13,6 +13,9 @@ Lazy rescaling (``rescale_threshold`` t): a row keeps its old max m unless the n
 exp2's units, (m' - m) * scale_log2 > t; E is then taken against the kept m (each E at most 2^t, and l with it, so
 O = U / l and LSE = scale * m + log l come out the same), and alpha is exactly 1. U's rescale is skipped in a warp
 whose rows all kept their max, which after the first few K/V tiles is almost every step.
+With lazy rescaling l sums P, the E rounded to the 16 bits that P V multiplies, not E itself: a row's largest E is
+then no power of two, and its rounding in U alone, not in l, would put up to 2^-9 of relative error into O on peaked
+rows (docs/numerics.md, The row sum counts the P that P V multiplies).
 """
 
 import math
@@ -21,7 +24,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Boolean, Float32, Int32
 
-from flashcute.kernels.common.layout import acc_rows_cols, store_converted
+from flashcute.kernels.common.layout import acc_rows_cols, round_pair, store_converted
 
 LN2 = math.log(2.0)
 LOG2_E = math.log2(math.e)
@@ -58,7 +61,8 @@ class OnlineSoftmax:
     ``chains`` > 1 splits each row's max into independent chains (see row_reduce), ``sum_chains`` its sum (default:
     as many): the Hopper kernel has the registers for it; the sm80 kernel, at its register limit, keeps one chain.
     ``rescale_threshold``: None rescales U at every update; a number t >= 0 keeps each row's max until it grows by
-    more than t (lazy rescaling, above), and any_moved lets rescale_o skip the rescale where no row moved.
+    more than t (lazy rescaling, above), and any_moved lets rescale_o skip the rescale where no row moved; l then sums
+    E rounded to ``p_dtype``, P's type.
 
     Step 5 comes in three forms: online_softmax (every tile under a mask; the reference's step), and, with lazy
     rescaling on an unmasked tile, online_softmax_kept_max (E against the kept max straight into P) or
@@ -72,9 +76,11 @@ class OnlineSoftmax:
         chains: int = 1,
         sum_chains: int | None = None,
         rescale_threshold: float | None = None,
+        p_dtype: type[cutlass.Numeric] | None = None,
     ):
         self.scale_log2 = scale_log2
         self.rescale_threshold = rescale_threshold
+        self.p_dtype = p_dtype
         self.chains = chains
         self.sum_chains = chains if sum_chains is None else sum_chains
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
@@ -114,9 +120,18 @@ class OnlineSoftmax:
         exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
         row_scale[r] = cute.math.exp2(row_max_prev * self.scale_log2 - max_scaled, fastmath=True)
         s[r, None].store(exps)
+        if cutlass.const_expr(self.rescale_threshold is not None):
+            self.round_row(s, r)
         row_sum_new = row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains)
         self.row_sum[r] = row_scale[r] * self.row_sum[r] + row_sum_new
         self.row_max[r] = row_max_cur
+
+    @cute.jit
+    def round_row(self, s: cute.Tensor, r: int):
+        """Row r of a (rows, cols) fp32 view rounded to P's 16 bits in place, two neighbouring columns at a time
+        (one packed conversion each): the values P V will multiply."""
+        for c in cutlass.range_constexpr(0, cute.size(s.shape[1]), 2):
+            s[r, c], s[r, c + 1], _ = round_pair(s[r, c], s[r, c + 1], self.p_dtype)
 
     @cute.jit
     def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor, moved: Boolean | None = None):
@@ -163,6 +178,8 @@ class OnlineSoftmax:
         Hopper kernel's masked walks need it: their first tile, on the diagonal, shows no key to up to block_m - 1
         rows, which reach the free run next."""
         s, p = acc_rows_cols(acc_S), acc_rows_cols(rP)
+        p_words = cute.recast_tensor(rP, Int32)  # two neighbouring columns of P a word
+        e = cute.make_rmem_tensor(cute.size(s.shape[1]), Float32)
         bound = Float32(2.0**self.rescale_threshold)
         sums = []
         fine = Boolean(True)
@@ -172,9 +189,13 @@ class OnlineSoftmax:
             if cutlass.const_expr(empty_rows):
                 kept[r] = Float32(0.0) if kept[r] == -Float32.inf else kept[r]
             max_scaled = kept[r] * self.scale_log2
-            exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
-            sums.append(exps.reduce(cute.ReductionOp.ADD, Float32.zero, 0))
-            p[r, None].store(exps.to(rP.element_type))
+            e.store(cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True))
+            row_sum = Float32.zero
+            for c in cutlass.range_constexpr(0, cute.size(e), 2):
+                lo, hi, word = round_pair(e[c], e[c + 1], rP.element_type)
+                p_words[cute.crd2idx((r, c), p.layout) // 2] = word
+                row_sum = row_sum + lo + hi
+            sums.append(row_sum)
             fine = fine & (sums[r] <= bound)
             if cutlass.const_expr(empty_rows):
                 fine = fine & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
@@ -203,6 +224,7 @@ class OnlineSoftmax:
             kept.append(Float32(0.0) if empty else self.row_max[r])
             max_scaled = kept[r] * self.scale_log2
             s[r, None].store(cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True))
+            self.round_row(s, r)
             sums.append(row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains))
             fine = fine & (sums[r] <= bound) & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
         moved = cute.arch.vote_any_sync(not fine)
