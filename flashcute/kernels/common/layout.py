@@ -13,8 +13,6 @@ import math
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32
-from cutlass._mlir.dialects import llvm
 
 
 def acc_rows_cols(acc: cute.Tensor) -> cute.Tensor:
@@ -64,35 +62,3 @@ def converted(src: cute.Tensor, dtype: type[cutlass.Numeric]) -> cute.Tensor:
     dst = cute.make_fragment_like(src, dtype)
     store_converted(src, dst)
     return dst
-
-
-# One packed conversion of two fp32 values to 16 bits ($4 into the high half, $3 into the low one: cvt's order), the
-# packed word ($2), and each half back in fp32 ($0, $1): bf16 by two integer operations, fp16 by two converts.
-_ROUND_PAIR = {
-    "bf16": (
-        "{ .reg .b32 p; cvt.rn.bf16x2.f32 p, $4, $3; shl.b32 $0, p, 16; and.b32 $1, p, 0xffff0000; mov.b32 $2, p; }"
-    ),
-    "f16": (
-        "{ .reg .b32 p; .reg .b16 l, h; cvt.rn.f16x2.f32 p, $4, $3; mov.b32 {l, h}, p; "
-        "cvt.f32.f16 $0, l; cvt.f32.f16 $1, h; mov.b32 $2, p; }"
-    ),
-}
-
-
-def round_pair(lo: Float32, hi: Float32, dtype: type[cutlass.Numeric]) -> tuple[Float32, Float32, Int32]:
-    """(lo, hi) rounded to ``dtype`` (bf16 or fp16) and back in fp32, and the two packed in one 32-bit word with lo
-    in its low half: what a fragment of P holds for two neighbouring columns."""
-    f32, i32 = Float32.mlir_type, Int32.mlir_type
-    out = llvm.inline_asm(
-        llvm.StructType.get_literal([f32, f32, i32]),
-        [Float32(lo).ir_value(), Float32(hi).ir_value()],
-        _ROUND_PAIR["bf16" if dtype is cutlass.BFloat16 else "f16"],
-        "=f,=f,=r,f,f",
-        has_side_effects=False,
-        is_align_stack=False,
-    )
-    return (
-        Float32(llvm.extractvalue(f32, out, [0])),
-        Float32(llvm.extractvalue(f32, out, [1])),
-        Int32(llvm.extractvalue(i32, out, [2])),
-    )

@@ -13,10 +13,6 @@ Lazy rescaling (``rescale_threshold`` t): a row keeps its old max m unless the n
 exp2's units, (m' - m) * scale_log2 > t; E is then taken against the kept m (each E at most 2^t, and l with it, so
 O = U / l and LSE = scale * m + log l come out the same), and alpha is exactly 1. U's rescale is skipped in a warp
 whose rows all kept their max, which after the first few K/V tiles is almost every step.
-With lazy rescaling the l that divides U sums P, the E rounded to the 16 bits that P V multiplies, not E itself: a
-row's largest E is then no power of two, and its rounding in U alone, not in l, would put up to 2^-9 of relative
-error into O on peaked rows (docs/numerics.md, The row sum counts the P that P V multiplies). The LSE keeps the sum
-of E (l_e), as exact as fp32 makes it.
 """
 
 import math
@@ -25,7 +21,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Boolean, Float32, Int32
 
-from flashcute.kernels.common.layout import acc_rows_cols, round_pair, store_converted
+from flashcute.kernels.common.layout import acc_rows_cols, store_converted
 
 LN2 = math.log(2.0)
 LOG2_E = math.log2(math.e)
@@ -62,8 +58,7 @@ class OnlineSoftmax:
     ``chains`` > 1 splits each row's max into independent chains (see row_reduce), ``sum_chains`` its sum (default:
     as many): the Hopper kernel has the registers for it; the sm80 kernel, at its register limit, keeps one chain.
     ``rescale_threshold``: None rescales U at every update; a number t >= 0 keeps each row's max until it grows by
-    more than t (lazy rescaling, above), and any_moved lets rescale_o skip the rescale where no row moved; l then sums
-    E rounded to ``p_dtype``, P's type, and l_e the E themselves, for the LSE.
+    more than t (lazy rescaling, above), and any_moved lets rescale_o skip the rescale where no row moved.
 
     Step 5 comes in three forms: online_softmax (every tile under a mask; the reference's step), and, with lazy
     rescaling on an unmasked tile, online_softmax_kept_max (E against the kept max straight into P) or
@@ -77,24 +72,19 @@ class OnlineSoftmax:
         chains: int = 1,
         sum_chains: int | None = None,
         rescale_threshold: float | None = None,
-        p_dtype: type[cutlass.Numeric] | None = None,
     ):
         self.scale_log2 = scale_log2
         self.rescale_threshold = rescale_threshold
-        self.p_dtype = p_dtype
         self.chains = chains
         self.sum_chains = chains if sum_chains is None else sum_chains
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
         self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
-        self.row_sum_e = None if rescale_threshold is None else cute.make_rmem_tensor(num_rows, Float32)
         self.reset()
 
     def reset(self):
         """The state before any K/V tile: m = -inf, l = 0."""
         self.row_max.fill(-Float32.inf)
         self.row_sum.fill(0.0)
-        if cutlass.const_expr(self.row_sum_e is not None):
-            self.row_sum_e.fill(0.0)
 
     @cute.jit
     def online_softmax(self, acc_S: cute.Tensor) -> cute.Tensor:
@@ -124,38 +114,9 @@ class OnlineSoftmax:
         exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
         row_scale[r] = cute.math.exp2(row_max_prev * self.scale_log2 - max_scaled, fastmath=True)
         s[r, None].store(exps)
-        sum_p, sum_e = self.tile_sums(s, r)
-        self.row_sum[r] = row_scale[r] * self.row_sum[r] + sum_p
-        if cutlass.const_expr(self.row_sum_e is not None):
-            self.row_sum_e[r] = row_scale[r] * self.row_sum_e[r] + sum_e
+        row_sum_new = row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains)
+        self.row_sum[r] = row_scale[r] * self.row_sum[r] + row_sum_new
         self.row_max[r] = row_max_cur
-
-    @cute.jit
-    def tile_sums(self, s: cute.Tensor, r: int) -> tuple[Float32, Float32]:
-        """This thread's sums over row r of a (rows, cols) fp32 view of E: (of P, of E). With lazy rescaling P is E
-        rounded to P's 16 bits (sum_pairs); without, the two are one sum."""
-        sum_e = row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains)
-        if cutlass.const_expr(self.row_sum_e is None):
-            return sum_e, sum_e
-        sum_p, _ = self.sum_pairs(cute.size(s.shape[1]), lambda c: s[r, c])
-        return sum_p, sum_e
-
-    @cute.jit
-    def sum_pairs(self, num_cols: int, exp_at, store_word=None) -> tuple[Float32, Float32]:
-        """(sum of P, sum of E) over a row's columns, E of column c from ``exp_at(c)``: two neighbouring columns a
-        packed convert to P's 16 bits (layout.round_pair), the packed word to ``store_word(c, word)`` where given,
-        the sums in ``sum_chains`` chains, so that no row of rounded values is kept."""
-        chains = max(1, min(self.sum_chains, num_cols // 2))
-        sums_p, sums_e = [Float32.zero] * chains, [Float32.zero] * chains
-        for c in cutlass.range_constexpr(0, num_cols, 2):
-            e0, e1 = exp_at(c), exp_at(c + 1)
-            lo, hi, word = round_pair(e0, e1, self.p_dtype)
-            if cutlass.const_expr(store_word is not None):
-                store_word(c, word)
-            chain = c // 2 % chains
-            sums_p[chain] = sums_p[chain] + (lo + hi)
-            sums_e[chain] = sums_e[chain] + (e0 + e1)
-        return sum(sums_p[1:], sums_p[0]), sum(sums_e[1:], sums_e[0])
 
     @cute.jit
     def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor, moved: Boolean | None = None):
@@ -202,7 +163,6 @@ class OnlineSoftmax:
         Hopper kernel's masked walks need it: their first tile, on the diagonal, shows no key to up to block_m - 1
         rows, which reach the free run next."""
         s, p = acc_rows_cols(acc_S), acc_rows_cols(rP)
-        p_words = cute.recast_tensor(rP, Int32)  # two neighbouring columns of P a word
         bound = Float32(2.0**self.rescale_threshold)
         sums = []
         fine = Boolean(True)
@@ -212,17 +172,12 @@ class OnlineSoftmax:
             if cutlass.const_expr(empty_rows):
                 kept[r] = Float32(0.0) if kept[r] == -Float32.inf else kept[r]
             max_scaled = kept[r] * self.scale_log2
-
-            def exp_at(c, r=r, max_scaled=max_scaled):
-                return cute.math.exp2(s[r, c] * self.scale_log2 - max_scaled, fastmath=True)
-
-            def store_word(c, word, r=r):
-                p_words[cute.crd2idx((r, c), p.layout) // 2] = word
-
-            sums.append(self.sum_pairs(cute.size(s.shape[1]), exp_at, store_word))
-            fine = fine & (sums[r][1] <= bound)
+            exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
+            sums.append(exps.reduce(cute.ReductionOp.ADD, Float32.zero, 0))
+            p[r, None].store(exps.to(rP.element_type))
+            fine = fine & (sums[r] <= bound)
             if cutlass.const_expr(empty_rows):
-                fine = fine & ((sums[r][1] >= 1.0) | (self.row_max[r] != -Float32.inf))
+                fine = fine & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
         if cute.arch.vote_any_sync(not fine):
             row_scale = self.online_softmax(acc_S)
             self.rescale_o(acc_O, row_scale)
@@ -248,8 +203,8 @@ class OnlineSoftmax:
             kept.append(Float32(0.0) if empty else self.row_max[r])
             max_scaled = kept[r] * self.scale_log2
             s[r, None].store(cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True))
-            sums.append(self.tile_sums(s, r))
-            fine = fine & (sums[r][1] <= bound) & ((sums[r][1] >= 1.0) | (self.row_max[r] != -Float32.inf))
+            sums.append(row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains))
+            fine = fine & (sums[r] <= bound) & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
         moved = cute.arch.vote_any_sync(not fine)
         if moved:
             self.move_kept_max(acc_S, sums, kept, row_scale, recompute)
@@ -286,22 +241,19 @@ class OnlineSoftmax:
 
     @cute.jit
     def shift_rows(self, acc_S: cute.Tensor, sums: list, new_max: list, alphas: list, row_scale: cute.Tensor):
-        """move_kept_max's update from E: E *= alpha, l = (l + this tile's sums) * alpha (l_e alike), m = the new
-        max."""
+        """move_kept_max's update from E: E *= alpha, l = (l + this tile's sums) * alpha, m = the new max."""
         s = acc_rows_cols(acc_S)
         for r in cutlass.range_constexpr(cute.size(self.row_max)):
             s[r, None].store(s[r, None].load() * alphas[r])
-            self.row_sum[r] = (self.row_sum[r] + sums[r][0]) * alphas[r]
-            self.row_sum_e[r] = (self.row_sum_e[r] + sums[r][1]) * alphas[r]
+            self.row_sum[r] = (self.row_sum[r] + sums[r]) * alphas[r]
             self.row_max[r] = new_max[r]
             row_scale[r] = alphas[r]
 
     @cute.jit
     def add_row_sums(self, sums: list, row_max: list | None = None):
-        """l and l_e += this tile's sums (tile_sums' pairs), row by row (alpha = 1); m = ``row_max`` where given."""
+        """l += this tile's sums, row by row (alpha = 1); m = ``row_max`` where given."""
         for r in cutlass.range_constexpr(cute.size(self.row_sum)):
-            self.row_sum[r] = self.row_sum[r] + sums[r][0]
-            self.row_sum_e[r] = self.row_sum_e[r] + sums[r][1]
+            self.row_sum[r] = self.row_sum[r] + sums[r]
             if cutlass.const_expr(row_max is not None):
                 self.row_max[r] = row_max[r]
 
@@ -313,10 +265,8 @@ class OnlineSoftmax:
         add = lambda a, b: a + b  # noqa: E731
         for r in cutlass.range_constexpr(cute.size(self.row_sum)):
             row_sum = quad_reduce(self.row_sum[r], add)
-            inv_sum[r] = Float32(0.0) if row_sum == 0.0 else cute.arch.rcp_approx(row_sum)
-            if cutlass.const_expr(self.row_sum_e is not None):
-                row_sum = quad_reduce(self.row_sum_e[r], add)
             empty = row_sum == 0.0
+            inv_sum[r] = Float32(0.0) if empty else cute.arch.rcp_approx(row_sum)
             log2_sum = cute.math.log2(row_sum, fastmath=True)
             lse[r] = -Float32.inf if empty else (self.row_max[r] * self.scale_log2 + log2_sum) * LN2
         return inv_sum, lse

@@ -225,7 +225,7 @@ class FlashAttentionForwardSm80:
         mask = AttentionMask(tile_info, thr_mma, tiled_mma.get_slice(0))
         num_rows = cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1])
         threshold = RESCALE_THRESHOLD if cutlass.const_expr(cfg.lazy_rescale) else None
-        softmax = OnlineSoftmax(scale_log2, num_rows, rescale_threshold=threshold, p_dtype=self.dtype)
+        softmax = OnlineSoftmax(scale_log2, num_rows, rescale_threshold=threshold)
 
         # ---- prologue: Q and the first (last-in-sequence) K tile in flight together
         gcopy.copy_rows(

@@ -549,7 +549,6 @@ class FlashAttentionForwardSm90:
             4,
             self.config.sum_chains,
             rescale_threshold=RESCALE_THRESHOLD,
-            p_dtype=self.dtype,
         )
         mask = AttentionMask(tiles.tile_info, thr_mma_qk, tiled_mma_qk.get_slice(0), 64, wg * 64)
         mma = SimpleNamespace(
