@@ -46,7 +46,7 @@ def sdpa_flash(q, k, v):
     return out.transpose(1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="lazy rescaling's l sums E, not P: docs/numerics.md, Peaked rows under lazy rescaling")
+@pytest.mark.xfail(strict=True, reason="lazy rescaling's l sums E, not P (docs/numerics.md, Peaked rows)")
 def test_peaked_rows_err_no_more_than_flash_attention_2(kernel):
     dtype = torch.bfloat16
     ours, theirs = [], []

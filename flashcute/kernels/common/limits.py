@@ -55,6 +55,11 @@ def mask_label(config) -> str:
     return MASK_NAMES[config.mask_right, config.mask_left]
 
 
+def attention_label(config, prefix: str, tiles: str) -> str:
+    """The label of an attention kernel's config: "<prefix>-<dtype>-<head dim>-<tiles>-<mask>" (no prefix: no dash)."""
+    return f"{prefix + '-' if prefix else ''}{config.dtype}-{head_dim_label(config)}-{tiles}-{mask_label(config)}"
+
+
 def rows_per_copy(head_dim_padded: int, num_threads: int) -> int:
     """Rows of a (rows, head_dim) tile that one pass of the 16-bit gmem tiled copy (kernels/common/copy.py)
     covers: it moves 16-byte vectors, a (8, 64) or (8, 32) swizzle atom's row per 64 / 8 or 32 / 8 threads."""

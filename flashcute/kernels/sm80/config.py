@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from flashcute.kernels.common.limits import head_dim_bucket, head_dim_label, mask_label, masks, smem_limit
+from flashcute.kernels.common.limits import attention_label, head_dim_bucket, masks, smem_limit
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class FwdConfig:
         """ "bfloat16-d128-128x64w4s1-lazy8-right": dtype, head dim ("d128pad" padded), tile, warps, stages."""
         lazy = "-lazy8" if self.lazy_rescale else ""
         tiles = f"{self.block_m}x{self.block_n}w{self.num_warps}s{self.num_stages}{lazy}"
-        return f"{self.dtype}-{head_dim_label(self)}-{tiles}-{mask_label(self)}"
+        return attention_label(self, "", tiles)
 
     def smem_bytes(self) -> int:
         """A Q tile and num_stages K and V tiles, 2 bytes an element."""
@@ -132,7 +132,7 @@ class BwdConfig:
         """ "bwd-bfloat16-d128-64x128w8-right" ("bwdnodq-" without the dQ atomics)."""
         prefix = "bwd" if self.accumulate_dq else "bwdnodq"
         tiles = f"{self.block_m}x{self.block_n}w{self.num_warps}"
-        return f"{prefix}-{self.dtype}-{head_dim_label(self)}-{tiles}-{mask_label(self)}"
+        return attention_label(self, prefix, tiles)
 
     def smem_bytes(self) -> int:
         """num_stages Q and dO tiles, K and V tiles, P and dS tiles (2 bytes an element), num_stages LSE and D
@@ -196,9 +196,7 @@ class DQConfig:
     @property
     def label(self) -> str:
         """ "dq-bfloat16-d128-64x64w4-right"."""
-        return (
-            f"dq-{self.dtype}-{head_dim_label(self)}-{self.block_m}x{self.block_n}w{self.num_warps}-{mask_label(self)}"
-        )
+        return attention_label(self, "dq", f"{self.block_m}x{self.block_n}w{self.num_warps}")
 
     def smem_bytes(self) -> int:
         """Q and dO tiles, K and V tiles, 2 bytes an element."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from flashcute.kernels.common.limits import MAX_SMEM_BYTES, head_dim_bucket, head_dim_label, mask_label, masks
+from flashcute.kernels.common.limits import MAX_SMEM_BYTES, attention_label, head_dim_bucket, masks
 
 SMEM_BYTES = MAX_SMEM_BYTES["sm_90a"]
 # K and V tiles in flight: the producer loads one K/V tile ahead of the one the consumers read.
@@ -58,7 +58,7 @@ class Sm90FwdConfig:
         early = "-early" if self.rescale_o_early else ""
         in_place = "e" if self.exp_in_place else ""
         tiles = f"{self.block_m}x{self.block_n}s{NUM_STAGES}"
-        return f"sm90-{self.dtype}-{head_dim_label(self)}-{tiles}{early}-lazy8{in_place}-{mask_label(self)}"
+        return attention_label(self, "sm90", f"{tiles}{early}-lazy8{in_place}")
 
     @property
     def empty_rows_keep_zero(self) -> bool:
@@ -167,7 +167,7 @@ class Sm90BwdConfig:
     def label(self) -> str:
         """ "sm90bwd-bfloat16-d128-64x128s2-right"."""
         tiles = f"{self.block_m}x{self.block_n}s{NUM_STAGES}"
-        return f"sm90bwd-{self.dtype}-{head_dim_label(self)}-{tiles}-{mask_label(self)}"
+        return attention_label(self, "sm90bwd", tiles)
 
     @property
     def num_mma_warpgroups(self) -> int:
