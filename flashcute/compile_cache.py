@@ -12,7 +12,7 @@ disables it. An entry's key is made of what changes the generated code, and noth
 - the config: the dataclass's name and every field's value;
 - the target architecture (``sm_80``, ``sm_90a``, ...);
 - the code of the kernel sources: every ``*.py`` under ``flashcute/kernels/`` (the kernels, their builds, configs
-  and heuristics) and ``flashcute/config.py`` while it exists, each file as its syntax tree with the docstrings
+  and heuristics), each file as its syntax tree with the docstrings
   and other bare string statements dropped, together with its path in the package. Comments, docstrings and
   formatting leave the key as it is; a change to the code, or a file added, removed, renamed or moved, gives new
   entries;
@@ -87,10 +87,8 @@ def _code_of(path: Path) -> bytes:
 
 def fingerprint_tree(root: Path) -> str:
     """Hash of the code of the kernel sources under the package folder ``root``: every ``*.py`` under
-    ``root/kernels`` and ``root/config.py`` if it exists, each with its path relative to ``root``."""
+    ``root/kernels``, each with its path relative to ``root``."""
     paths = [p for p in (root / "kernels").rglob("*.py") if p.is_file()]
-    if (root / "config.py").is_file():
-        paths.append(root / "config.py")
     digest = hashlib.sha256()
     collecting = gc.isenabled()
     gc.disable()  # the syntax trees are tens of thousands of objects and no cycles: collecting would double the time

@@ -91,13 +91,14 @@ IDS = [f"{arch}-{config.label}" for config, arch in VARIANTS]
 # how much spills where varies with dtype, mask and target as ptxas schedules differently.
 _D32 = (
     "128x128 tile, 4 warps: acc_S alone is 128 fp32 registers a thread (128 x 128 / 128 threads) beside acc_O's 32 "
-    "and the Q/K/V fragments: 24-168 bytes of stack. The d32 tile is not swept on the GPU yet (config.py)"
+    "and the Q/K/V fragments: 24-168 bytes of stack. The d32 tile is not swept on the GPU yet (docs/tuning-sm80.md, "
+    "Forward tiles)"
 )
 _D64 = (
     "128x128 tile, 2 stages, 4 warps: acc_S 128 + acc_O 64 fp32 registers a thread beside the fragments need more "
     "than 255: 48-272 bytes of stack on every d64 variant. Kept: it is the fastest tile measured on the H200 "
-    "(config.py: ahead of the spill-free 128x64 one-stage tile at 8 of 8 points, +0.6 % to +5.2 %; in one process "
-    "1.018 over 12 points, bench/results/2026-12-01-h200-s23)"
+    "(docs/tuning-sm80.md, Forward tiles: ahead of the spill-free 128x64 one-stage tile at 8 of 8 points, +0.6 % to "
+    "+5.2 %; in one process 1.018 over 12 points)"
 )
 _D96 = (
     "128x64 tile, 4 warps: acc_O 96 + acc_S 64 fp32 registers a thread and the fragments sit at the 255-register "
@@ -106,14 +107,14 @@ _D96 = (
 _D128 = (
     "128x64 tile, 4 warps (1 stage without a mask, 2 under one): acc_O 128 + acc_S 64 fp32 registers a thread and "
     "the Q/K/V fragments need more than 255: 32-224 bytes of stack on every d128 variant. Kept: the fastest tiles "
-    "measured on the H200 (config.py: the kept-max step's re-timing, ahead of 128x48, which spills less, and of "
-    "64x64, which does not spill)"
+    "measured on the H200 (docs/tuning-sm80.md, Forward tiles: ahead of 128x48, which spills less, and of 64x64, "
+    "which does not spill)"
 )
 _BWD = (
     "backward dK/dV kernel, 8 warps: dK and dV stay in registers for the whole walk (2 x 64 fp32 a thread at d128) "
     "beside S, dP, dQ and the operand fragments of five GEMMs: 8-72 bytes of stack at d96, d128, d192 and d256 "
-    "(set re-found after bwd-pipeline's Q/dO double buffering and sm_90 paired dQ atomics; the deterministic dQ "
-    "kernel spills nowhere)"
+    "(set re-found after the Q/dO double buffering and sm_90's paired dQ atomics; the deterministic dQ kernel "
+    "spills nowhere)"
 )
 _SM90_BWD = (
     "Hopper backward, 240 registers a consumer thread: dK and dV (2 x 64 fp32 at d128, 2 x 32 at d64), S^T and dP^T "
@@ -124,11 +125,12 @@ _SM90_BWD = (
 _D256 = (
     "128x128 tile, 8 warps (sm_90a only: 192 KB of shared memory): acc_O 128 + acc_S 64 fp32 registers a thread "
     "beside the fragments need more than 255: 48-152 bytes of stack. Kept: it is the fastest tile measured on the "
-    "H200 (config.py: ahead of the spill-free 128x64 tiles at 8 of 8 points, +1.0 % to +4.3 %)"
+    "H200 (docs/tuning-sm80.md, Forward tiles: ahead of the spill-free 128x64 tiles at 8 of 8 points, +1.0 % to "
+    "+4.3 %)"
 )
 _SM90_D256_CLAIMS = (
-    "Hopper forward at head dim 256 with claimed tiles (08b2513; under every mask since CLAIM_TILES_NOTE, with the "
-    "tile order's fast divisors as kernel arguments): U is 128 fp32 registers a consumer thread, and the per-tile "
+    "Hopper forward at head dim 256 with claimed tiles (docs/tuning-sm90.md, Claimed tiles and the persistent grid; "
+    "the tile order's fast divisors as kernel arguments): U is 128 fp32 registers a consumer thread, and the per-tile "
     "code around the K/V loops (claimed index, first tile, epilogue) and the producer warp's loop spill a few "
     "scalars: 8 bytes of stack, 3-10 spill instructions, none in the K/V step loops"
 )

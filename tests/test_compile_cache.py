@@ -39,7 +39,7 @@ class Tile:
 
 @pytest.fixture
 def package(tmp_path: Path) -> Path:
-    """A small package: kernels/ with the probe module among others, and a top-level config.py."""
+    """A small package: kernels/ with the probe module among others, and a module outside kernels/."""
     root = tmp_path / "flashcute"
     files = {
         "kernels/__init__.py": "",
@@ -49,7 +49,7 @@ def package(tmp_path: Path) -> Path:
         "kernels/sm80/probe.py": PROBE,
         "kernels/sm90/__init__.py": "",
         "kernels/sm90/config.py": "import dataclasses\n\n\n@dataclasses.dataclass\nclass C:\n    n: int = 2\n",
-        "config.py": "BLOCK = 128  # tiles\n",
+        "cli.py": "def main():\n    return 0\n",
     }
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -68,8 +68,8 @@ def _probe(package: Path) -> Path:
 
 
 def test_every_kernel_source_parses():
-    paths = [*(PACKAGE_DIR / "kernels").rglob("*.py"), PACKAGE_DIR / "config.py"]
-    assert [p for p in paths if p.is_file() and _code_of(p).startswith(b"unparsed")] == []
+    paths = (PACKAGE_DIR / "kernels").rglob("*.py")
+    assert [p for p in paths if _code_of(p).startswith(b"unparsed")] == []
 
 
 def test_same_tree_same_key(package: Path, tmp_path: Path):
@@ -83,8 +83,6 @@ def test_same_tree_same_key(package: Path, tmp_path: Path):
 def test_real_tree_same_key(tmp_path: Path):
     copy = tmp_path / "copy" / "flashcute"
     shutil.copytree(PACKAGE_DIR / "kernels", copy / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
-    if (PACKAGE_DIR / "config.py").is_file():
-        shutil.copy(PACKAGE_DIR / "config.py", copy / "config.py")
     key = fingerprint_tree(copy)
     shutil.copytree(copy, tmp_path / "again" / "flashcute")  # a copy of the copy: the real tree may be edited meanwhile
     assert fingerprint_tree(tmp_path / "again" / "flashcute") == key
@@ -160,20 +158,10 @@ def test_code_anywhere_in_the_tree_changes_the_key(package: Path):
     assert fingerprint_tree(package) == key
 
 
-def test_top_level_config_counts_while_it_exists(package: Path):
-    config = package / "config.py"
-    key = fingerprint_tree(package)
-    config.write_text('"""Tiles."""\n\n# a comment\nBLOCK = 128\n')
-    assert fingerprint_tree(package) == key
-    config.write_text("BLOCK = 64\n")
-    assert fingerprint_tree(package) != key
-    config.unlink()  # after the move into kernels/: the key is made of kernels/ alone
-    assert fingerprint_tree(package) != key
-
-
 def test_other_files_do_not_count(package: Path):
     key = fingerprint_tree(package)
     (package / "tools.py").write_text("X = 1\n")
+    (package / "cli.py").write_text("def main():\n    return 1\n")
     (package / "kernels" / "notes.md").write_text("# notes\n")
     (package / "kernels" / "sm80" / "probe.pyc").write_bytes(b"\0")
     assert fingerprint_tree(package) == key
