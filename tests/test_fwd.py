@@ -14,7 +14,7 @@ import flashcute
 from flashcute.interface import kernel_window, launch_fwd
 from flashcute.kernels import registry
 from flashcute.kernels.sm90.config import sm90_fwd_config
-from flashcute.kernels.variants import ALTERNATIVE_TILES, alternative_tile_config
+from flashcute.kernels.variants import alternative_tile_config
 from flashcute.validation import validate_attention_args, validate_cuda_inputs
 from tests.helpers import check_against_spec, random_gpu_cases
 
@@ -263,16 +263,17 @@ def test_bad_inputs_raise_before_launch(bad, message):
         flashcute.flash_attn_func(q, k, v)
 
 
-@pytest.mark.parametrize("choice", range(max(len(tiles) for tiles in ALTERNATIVE_TILES.values())))
+@pytest.mark.parametrize("choice", range(max(len(registry.family(f).ALTERNATIVE_TILES) for f in registry.FAMILIES)))
 @pytest.mark.parametrize("mask", MASKS[:4], ids=str)
 def test_other_tile_configs(choice, mask, kernel):
     """Tile shapes and stage counts besides the heuristic's pick, on lengths that leave partial tiles."""
-    if choice >= len(ALTERNATIVE_TILES[kernel]):
-        pytest.skip(f"{kernel} has {len(ALTERNATIVE_TILES[kernel])} alternative tile configs")
+    tiles = registry.family(kernel).ALTERNATIVE_TILES
+    if choice >= len(tiles):
+        pytest.skip(f"{kernel} has {len(tiles)} alternative tile configs")
     q = randn(2, 333, 4, 96)
     k, v = (randn(2, 517, 2, 96) for _ in "kv")
     args = validate_attention_args(q, k, v, **mask)
-    config = alternative_tile_config(kernel, ALTERNATIVE_TILES[kernel][choice], args.window_left, args.window_right)
+    config = alternative_tile_config(kernel, tiles[choice], args.window_left, args.window_right)
     check_config(kernel, config, q, k, v, **mask)
 
 

@@ -1,1 +1,2 @@
-"""CuTe DSL kernels: sm80/ (mma.sync, cp.async) and the per-step helpers they share in common/."""
+"""CuTe DSL kernels: one folder per kernel family, what they share in common/, and registry.py, which maps a GPU to
+the families that run on it (docs/design.md)."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-
-import torch
+from typing import TYPE_CHECKING
 
 from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS
-from flashcute.kernels.launch import capability
+
+if TYPE_CHECKING:
+    import torch
 
 # Fastest first: a device runs the first family whose runs_on accepts it, unless the caller names another.
 FAMILIES = ("sm90", "sm80")
@@ -35,6 +36,10 @@ def families() -> list[ModuleType]:
 
 def available(device: torch.device | None = None) -> list[str]:
     """Names of the families the given (default: current) CUDA device runs, fastest first; [] without a GPU."""
+    import torch
+
+    from flashcute.kernels.launch import capability
+
     if not torch.cuda.is_available():
         return []
     cap = capability(device)
@@ -44,6 +49,8 @@ def available(device: torch.device | None = None) -> list[str]:
 def pick(device: torch.device, kernel: str | None = None) -> list[ModuleType]:
     """The families to try on ``device``, in order: from ``kernel`` (a name; None: the fastest) on. Raises a
     ValueError naming the device when none runs there or ``kernel`` does not."""
+    import torch
+
     if kernel is not None:
         family(kernel)  # a clear error for an unknown name
     names = available(device)

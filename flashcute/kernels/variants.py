@@ -17,23 +17,6 @@ from concurrent.futures import ProcessPoolExecutor
 
 from flashcute.kernels import registry
 
-# Tile choices besides the heuristics' that the GPU tests run at head dim 96, bf16, by family: the fields of the
-# heuristic's forward config they replace.
-ALTERNATIVE_TILES = {
-    "sm80": [
-        {"num_stages": 2},
-        {"block_m": 64, "block_n": 64},
-        {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 2},
-        {"block_n": 128, "num_warps": 8},
-    ],
-    "sm90": [
-        {"block_m": 64},
-        {"block_m": 192},
-        {"block_n": 176},
-        {"block_n": 80, "exp_in_place": True},
-    ],
-}
-
 
 def alternative_tile_config(family: str, fields: dict, window_left: int, window_right: int):
     """The heuristic's head-dim-96 bf16 forward config of ``family`` under a mask, with ``fields`` replaced."""
@@ -46,7 +29,7 @@ def alternative_tile_config(family: str, fields: dict, window_left: int, window_
 def alternative_tile_variants(family: str) -> list:
     return [
         alternative_tile_config(family, fields, left, right)
-        for fields in ALTERNATIVE_TILES[family]
+        for fields in registry.family(family).ALTERNATIVE_TILES
         for left, right in registry.MASK_VARIANTS[:3]
     ]
 

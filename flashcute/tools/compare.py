@@ -27,12 +27,10 @@ from pathlib import Path
 from flashcute.bench.command import add_grid_arguments, add_timing_arguments, grid_from_flags, no_gpu
 from flashcute.bench.flops import PASSES
 from flashcute.bench.grid import FULL, make_grid
+from flashcute.kernels import registry
 
 BASE = "flashcute_base"
 REPO = Path(__file__).resolve().parents[2]
-# The backend timed beside each family: flash-attn-4 beside the Hopper kernels, SDPA's flash backend (FlashAttention-2)
-# beside the sm80 ones.
-REFERENCES = {"sm90": "fa4", "sm80": "sdpa-flash"}
 GRID = dataclasses.replace(FULL, seqlens=(1024, 4096, 16384))
 
 
@@ -51,11 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     timed.add_argument("dir", metavar="DIR", type=Path, help="the DIR of `flashcute compare prepare`")
     timed.add_argument("out", metavar="OUT.json", type=Path, help="the rows, ratios and metadata")
-    timed.add_argument("--kernel", choices=tuple(REFERENCES), default="sm90", help="the family timed (default: sm90)")
+    timed.add_argument(
+        "--kernel",
+        choices=registry.FAMILIES,
+        default=registry.FAMILIES[0],
+        help="the family timed (default: %(default)s)",
+    )
     timed.add_argument(
         "--reference",
         metavar="BACKEND",
-        help="the bench backend timed beside (default: fa4 for sm90, sdpa-flash for sm80)",
+        help="the bench backend timed beside (default: the family's REFERENCE: fa4 for sm90, sdpa-flash for sm80)",
     )
     timed.add_argument(
         "--pass",
@@ -131,7 +134,7 @@ def time_trees(args: argparse.Namespace) -> int:
     if args.kernel not in flashcute.available_kernels():
         print(f"flashcute compare run: kernel {args.kernel} does not run on this GPU", file=sys.stderr)
         return 2
-    reference = args.reference or REFERENCES[args.kernel]
+    reference = args.reference or registry.family(args.kernel).REFERENCE
     trees = [flashcute_backend("new", flashcute, args.kernel), flashcute_backend("base", base, args.kernel)]
     spec = grid_from_flags(args, GRID)
     settings = Settings(pass_=args.pass_, check=not args.no_check, rounds=args.rounds)

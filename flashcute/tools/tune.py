@@ -22,6 +22,7 @@ from pathlib import Path
 
 from flashcute.bench.command import add_grid_arguments, add_timing_arguments, grid_from_flags, no_gpu
 from flashcute.bench.grid import DTYPES, FULL, group_label, make_grid
+from flashcute.kernels import registry
 
 GRID = dataclasses.replace(FULL, dtypes=("bf16",), seqlens=(4096, 16384))
 # (window_left, window_right) of the grid's masks: none, causal (seqlen_q == seqlen_k, so no diagonal offset)
@@ -50,7 +51,12 @@ def parse_try(text: str) -> dict[str, int | float | bool | str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description, parser.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--kernel", default="sm90", help="the kernel family whose forward is tuned (default: sm90)")
+    parser.add_argument(
+        "--kernel",
+        choices=registry.FAMILIES,
+        default=registry.FAMILIES[0],
+        help="the kernel family whose forward is tuned (default: %(default)s)",
+    )
     parser.add_argument(
         "--try",
         dest="tries",

@@ -20,6 +20,15 @@ NAME = "sm80"
 # The targets the compile tests and `flashcute check` build this family for.
 ARCHS = ("sm_80", "sm_90a")
 CONFIG_TYPES = (FwdConfig, BwdConfig, DQConfig)
+# The backend its benchmarks and comparisons time beside it: PyTorch's FlashAttention-2, the same design.
+REFERENCE = "sdpa-flash"
+# Forward tiles besides the heuristic's that the GPU tests run (head dim 96, bf16): the fields they replace.
+ALTERNATIVE_TILES = (
+    {"num_stages": 2},
+    {"block_m": 64, "block_n": 64},
+    {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 2},
+    {"block_n": 128, "num_warps": 8},
+)
 
 
 def runs_on(capability: tuple[int, int]) -> bool:

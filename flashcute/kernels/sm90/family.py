@@ -29,6 +29,10 @@ from flashcute.kernels.sm90.config import (
 NAME = "sm90"
 ARCHS = ("sm_90a",)
 CONFIG_TYPES = (Sm90FwdConfig, Sm90BwdConfig)
+# The backend its benchmarks and comparisons time beside it: flash-attn-4, the other CuTe DSL kernel for Hopper.
+REFERENCE = "fa4"
+# Forward tiles besides the heuristic's that the GPU tests run (head dim 96, bf16): the fields they replace.
+ALTERNATIVE_TILES = ({"block_m": 64}, {"block_m": 192}, {"block_n": 176}, {"block_n": 80, "exp_in_place": True})
 
 
 def runs_on(capability: tuple[int, int]) -> bool:
