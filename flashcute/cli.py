@@ -1,4 +1,5 @@
-"""`flashcute demo | walkthrough | bench | check | compare | tune | sanitize | power`: the command line.
+"""`flashcute demo | walkthrough | bench | check | warmup | cache | compare | tune | sanitize | power`: the command
+line.
 
 Each command lives in its own module with ``add_arguments(parser)`` and ``run(args) -> int``; only the module of
 the command being run is imported, so `flashcute --help` answers without loading torch or CuTe DSL.
@@ -20,6 +21,11 @@ COMMANDS = {
     "walkthrough": ("flashcute.walkthrough", "the seed article's worked example, round by round, on the CPU"),
     "bench": ("flashcute.bench.cli", "the benchmark sweep against SDPA, FlexAttention, flash-attn-4 (needs a GPU)"),
     "check": ("flashcute.check", "compile every kernel variant without a GPU; report registers, spills, SASS"),
+    "warmup": (
+        "flashcute.tools.warmup",
+        "compile kernels into the disk cache ahead of time (default: what a typical LLM uses on this GPU)",
+    ),
+    "cache": ("flashcute.tools.cache", "where the compiled-kernel cache is, its size and entries; --clear empties it"),
     "compare": (
         "flashcute.tools.compare",
         "this checkout's kernels against an earlier commit's, timed side by side in one process (run: needs a GPU)",

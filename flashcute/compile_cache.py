@@ -114,7 +114,7 @@ def source_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def _entry_name(arch: str, config: Any) -> str:
+def entry_name(arch: str, config: Any) -> str:
     fields = json.dumps(dataclasses.asdict(config), sort_keys=True)
     key = hashlib.sha256(f"{type(config).__name__}|{arch}|{fields}|{source_fingerprint()}".encode()).hexdigest()
     return f"{type(config).__name__.lower()}_{arch}_{key[:24]}"
@@ -160,7 +160,7 @@ def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
         if key in _memory:
             return _memory[key]
         start = time.perf_counter()
-        name = _entry_name(arch, config)
+        name = entry_name(arch, config)
         directory = cache_dir()
         path = directory / f"{name}.o" if directory else None
         compiled = _load_from_disk(path, name) if path else None

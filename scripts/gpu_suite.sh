@@ -23,7 +23,8 @@ commit=${FLASHCUTE_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo 
 arch=$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"sm_{m}{n}" + ("a" if m >= 9 else ""))')
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
-python3 -m flashcute.kernels.variants --arch "$arch" --jobs "$(nproc)" 2>&1 | tee "$out/compile.log" | tail -n 3
+python3 -m flashcute warmup --all --arch "$arch" --jobs "$(nproc)" > "$out/compile.log" 2>&1
+tail -n 1 "$out/compile.log"
 
 python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/junit.xml" "${pytest_args[@]}" 2>&1 \
   | tee "$out/pytest.log" | tail -n 25

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from flashcute import compile_cache
-from flashcute.compile_cache import _code_of, _entry_name, fingerprint_tree, source_fingerprint
+from flashcute.compile_cache import _code_of, entry_name, fingerprint_tree, source_fingerprint
 
 PACKAGE_DIR = Path(compile_cache.__file__).resolve().parent
 
@@ -201,21 +201,21 @@ class _Config:
     causal: bool = False
 
 
-def test_entry_name_follows_each_field():
-    base = _entry_name("sm_90a", _Config())
+def testentry_name_follows_each_field():
+    base = entry_name("sm_90a", _Config())
     assert base.startswith("_config_sm_90a_")
     names = {
         base,
-        _entry_name("sm_90a", _Config(tile_m=64)),
-        _entry_name("sm_90a", _Config(tile_n=128)),
-        _entry_name("sm_90a", _Config(causal=True)),
-        _entry_name("sm_80", _Config()),
+        entry_name("sm_90a", _Config(tile_m=64)),
+        entry_name("sm_90a", _Config(tile_n=128)),
+        entry_name("sm_90a", _Config(causal=True)),
+        entry_name("sm_80", _Config()),
     }
     assert len(names) == 5
 
 
-def test_entry_name_is_stable():
-    name = _entry_name("sm_80", _Config(tile_n=32))
-    assert _entry_name("sm_80", _Config(tile_n=32)) == name
+def testentry_name_is_stable():
+    name = entry_name("sm_80", _Config(tile_n=32))
+    assert entry_name("sm_80", _Config(tile_n=32)) == name
     source_fingerprint.cache_clear()  # computed afresh from the same files: the same key
-    assert _entry_name("sm_80", _Config(tile_n=32)) == name
+    assert entry_name("sm_80", _Config(tile_n=32)) == name

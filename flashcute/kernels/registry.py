@@ -23,6 +23,13 @@ FAMILIES = ("sm90", "sm80")
 MASK_VARIANTS = ((-1, -1), (-1, 0), (8, 8), (8, -1))
 
 
+def family_name(name: str) -> str:
+    """``name`` if it names a family (an argparse type: a ValueError names the families otherwise)."""
+    if name not in FAMILIES:
+        raise ValueError(f"{name!r} is not one of the kernel families {', '.join(FAMILIES)}")
+    return name
+
+
 def family(name: str) -> ModuleType:
     """A family's launch contract by name."""
     if name not in FAMILIES:

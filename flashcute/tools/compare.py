@@ -7,8 +7,8 @@ reference backend at each point of the grid (B = 16384 / L, H = 2048 / D unless 
 (tools/side_by_side.py), and prints new/base and the reference's ratios per point and their min, median and max.
 
 The renamed package has compile-cache entries of its own (the cache keys on the package's sources); compile both
-before timing, e.g. `python -m flashcute.kernels.variants --arch sm_90a --exact-only` and `PYTHONPATH=DIR
-python -P -m flashcute_base.kernels.variants --arch sm_90a --exact-only`.
+before timing: `flashcute warmup --all` and `PYTHONPATH=DIR python -P -m flashcute_base warmup --all` (a commit older
+than that command: `python -P -m flashcute_base.kernels.variants --arch sm_90a`).
 """
 
 from __future__ import annotations

@@ -124,10 +124,10 @@ def config_backend(name: str, family, configs: dict):
 def precompile(configs: list, arch: str, jobs: int) -> None:
     """Fill the disk cache in parallel, so that the timing only loads; a config that does not compile is reported
     here, and its rows fail with the reason."""
-    from flashcute.kernels.variants import _compile_one
+    from flashcute.kernels.variants import compile_one
 
     with ProcessPoolExecutor(jobs) as pool:
-        futures = [pool.submit(_compile_one, config, arch) for config in configs]
+        futures = [pool.submit(compile_one, config, arch) for config in configs]
     for config, future in zip(configs, futures, strict=True):
         if future.exception() is not None:
             print(f"{config.label} does not compile: {future.exception()}", file=sys.stderr)

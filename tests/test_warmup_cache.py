@@ -1,0 +1,59 @@
+"""`flashcute warmup` and `flashcute cache` through the command line, on the CPU (a target named with --arch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashcute.kernels.variants import all_variants
+from tests.helpers import run_main
+
+
+def test_warmup_lists_what_a_typical_llm_uses(capsys):
+    code, out, _ = run_main(capsys, "warmup", "--arch", "sm_90a", "--dry-run")
+    labels = [line.split()[1] for line in out.splitlines()]
+    assert code == 0 and len(labels) == len(set(labels))
+    for family, kind in (("sm90", "forward"), ("sm90bwd", "backward")):
+        assert {lb for lb in labels if lb.startswith(f"{family}-bfloat16-")}, kind
+    head_dims = {part for lb in labels for part in lb.split("-") if part.startswith("d") and part[1:].isdigit()}
+    assert all("bfloat16" in lb for lb in labels) and head_dims == {"d64", "d128"}
+    assert not any(lb.startswith(("dq-", "bwdnodq-")) for lb in labels)  # no deterministic kernels unless asked
+    code, out, _ = run_main(capsys, "warmup", "--arch", "sm_90a", "--dry-run", "--deterministic", "--kernels", "sm80")
+    assert any(line.split()[1].startswith("dq-") for line in out.splitlines())
+    assert not any(line.split()[1].startswith("sm90") for line in out.splitlines())
+
+
+def test_warmup_all_is_every_variant(capsys):
+    code, out, _ = run_main(capsys, "warmup", "--arch", "sm_80", "--all", "--dry-run")
+    assert code == 0 and len(out.splitlines()) == len(all_variants("sm_80"))
+
+
+def test_warmup_without_a_gpu_needs_a_target(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU gives the target")
+    code, _, err = run_main(capsys, "warmup")
+    assert code == 2 and "--arch" in err
+
+
+def test_cache_off(capsys, monkeypatch):
+    monkeypatch.setenv("FLASHCUTE_CACHE_DIR", "off")
+    code, out, _ = run_main(capsys, "cache")
+    assert code == 0 and "off" in out
+
+
+@pytest.mark.compile
+def test_warmup_fills_the_cache_and_cache_shows_and_clears_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FLASHCUTE_CACHE_DIR", str(tmp_path))
+    flags = ("--arch", "sm_80", "--headdim", "64", "--causal", "no", "--pass", "fwd", "--kernels", "sm80")
+    code, out, _ = run_main(capsys, "warmup", *flags, "--jobs", "1")
+    assert code == 0 and "[1/1] bfloat16-d64-" in out and "1 variants for sm_80" in out
+    assert len(list(tmp_path.glob("*.o"))) == 1
+    (tmp_path / "fwdconfig_sm_80_000000000000000000000000.o").write_bytes(b"left by older code")
+    code, out, _ = run_main(capsys, "cache")
+    assert code == 0 and f"{tmp_path}: 2 entries" in out and "1 of them stale" in out
+    assert [line.split() for line in out.splitlines()[2:]] == [["fwdconfig", "sm_80", "1", "1"]]
+    code, out, _ = run_main(capsys, "cache", "--clear", "--stale")
+    assert "deleted 1 stale entries" in out and len(list(tmp_path.glob("*.o"))) == 1
+    code, out, _ = run_main(capsys, "cache", "--clear")
+    assert "deleted 1 entries" in out and not list(tmp_path.glob("*.o"))
