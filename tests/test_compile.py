@@ -183,6 +183,30 @@ KNOWN_SPILLS: dict[str, str] = {
         ],
         _BWD,
     ),
+    # the same kernels at a head dim padded up to 128 (head-dim predicates on every load and store)
+    **dict.fromkeys(
+        [
+            "sm_80-bwd-bfloat16-d128pad-64x128w8-both",
+            "sm_80-bwd-bfloat16-d128pad-64x128w8-left",
+            "sm_80-bwd-float16-d128pad-64x128w8-both",
+            "sm_80-bwd-float16-d128pad-64x128w8-nomask",
+            "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-both",
+            "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-left",
+            "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-nomask",
+            "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-right",
+            "sm_80-bwdnodq-float16-d128pad-64x128w8-both",
+            "sm_80-bwdnodq-float16-d128pad-64x128w8-left",
+            "sm_80-bwdnodq-float16-d128pad-64x128w8-nomask",
+            "sm_80-bwdnodq-float16-d128pad-64x128w8-right",
+            "sm_90a-bwdnodq-bfloat16-d128pad-64x128w8-both",
+            "sm_90a-bwdnodq-bfloat16-d128pad-64x128w8-nomask",
+            "sm_90a-bwdnodq-bfloat16-d128pad-64x128w8-right",
+            "sm_90a-bwdnodq-float16-d128pad-64x128w8-both",
+            "sm_90a-bwdnodq-float16-d128pad-64x128w8-nomask",
+            "sm_90a-bwdnodq-float16-d128pad-64x128w8-right",
+        ],
+        _BWD,
+    ),
     **dict.fromkeys(
         [
             "sm_80-bfloat16-d32-128x128w4s1-both",
