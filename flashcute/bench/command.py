@@ -90,6 +90,15 @@ def grid_from_flags(args: argparse.Namespace, default: GridSpec) -> GridSpec:
     return dataclasses.replace(default, **{name: value for name, value in flags.items() if value is not None})
 
 
+def add_family_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """--kernel: one kernel family by name, the registry's fastest by default; ``what`` says what it chooses."""
+    from flashcute.kernels import registry
+
+    parser.add_argument(
+        "--kernel", choices=registry.FAMILIES, default=registry.FAMILIES[0], help=f"{what} (default: %(default)s)"
+    )
+
+
 def add_timing_arguments(parser: argparse.ArgumentParser, rounds: int) -> None:
     """--rounds (default ``rounds``) and --no-check, as bench.runner.Settings takes them."""
     parser.add_argument(

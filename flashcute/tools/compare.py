@@ -24,7 +24,13 @@ import sys
 import tarfile
 from pathlib import Path
 
-from flashcute.bench.command import add_grid_arguments, add_timing_arguments, grid_from_flags, no_gpu
+from flashcute.bench.command import (
+    add_family_argument,
+    add_grid_arguments,
+    add_timing_arguments,
+    grid_from_flags,
+    no_gpu,
+)
 from flashcute.bench.flops import PASSES
 from flashcute.bench.grid import FULL, make_grid
 from flashcute.kernels import registry
@@ -49,12 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     timed.add_argument("dir", metavar="DIR", type=Path, help="the DIR of `flashcute compare prepare`")
     timed.add_argument("out", metavar="OUT.json", type=Path, help="the rows, ratios and metadata")
-    timed.add_argument(
-        "--kernel",
-        choices=registry.FAMILIES,
-        default=registry.FAMILIES[0],
-        help="the family timed (default: %(default)s)",
-    )
+    add_family_argument(timed, "the family timed")
     timed.add_argument(
         "--reference",
         metavar="BACKEND",

@@ -20,7 +20,13 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from flashcute.bench.command import add_grid_arguments, add_timing_arguments, grid_from_flags, no_gpu
+from flashcute.bench.command import (
+    add_family_argument,
+    add_grid_arguments,
+    add_timing_arguments,
+    grid_from_flags,
+    no_gpu,
+)
 from flashcute.bench.grid import DTYPES, FULL, group_label, make_grid
 from flashcute.kernels import registry
 
@@ -51,12 +57,7 @@ def parse_try(text: str) -> dict[str, int | float | bool | str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description, parser.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
-    parser.add_argument(
-        "--kernel",
-        choices=registry.FAMILIES,
-        default=registry.FAMILIES[0],
-        help="the kernel family whose forward is tuned (default: %(default)s)",
-    )
+    add_family_argument(parser, "the kernel family whose forward is tuned")
     parser.add_argument(
         "--try",
         dest="tries",
@@ -137,7 +138,6 @@ def run(args: argparse.Namespace) -> int:
     """The side-by-side timing; 2 for an unknown family or field, or without a GPU (unless --dry-run)."""
     import torch
 
-    from flashcute.kernels import registry
     from flashcute.kernels.launch import device_arch
 
     gpu = torch.cuda.is_available()
