@@ -5,9 +5,12 @@ compiled kernel serves every shape, stride and scalar argument, and nothing is e
 value changed. The compiled function uses TVM-FFI, so it takes torch tensors directly and launches on the
 caller's current CUDA stream.
 
-The disk cache stores each compiled kernel as an object file (``export_to_c``); a second process loads it instead
-of compiling. ``FLASHCUTE_CACHE_DIR`` moves it (default ``~/.cache/flashcute``); ``FLASHCUTE_CACHE_DIR=off``
-disables it. An entry's key is made of what changes the generated code, and nothing else:
+The disk cache stores each compiled kernel as a shared library: the object file of ``export_to_c`` linked by the C
+compiler (``CC``, default ``cc``) against the CuTe DSL runtime, which TVM-FFI loads without importing CuTe DSL (tens
+of milliseconds, where the import takes seconds); without a C compiler, as the object file, which CuTe DSL loads. A
+second process loads an entry instead of compiling. ``FLASHCUTE_CACHE_DIR`` moves the cache (default
+``~/.cache/flashcute``); ``FLASHCUTE_CACHE_DIR=off`` disables it. An entry's key is made of what changes the
+generated code, and nothing else:
 
 - the config: the dataclass's name and every field's value;
 - the target architecture (``sm_80``, ``sm_90a``, ...);
@@ -33,6 +36,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -104,20 +108,55 @@ def fingerprint_tree(root: Path) -> str:
 
 @functools.cache
 def source_fingerprint() -> str:
-    """Hash of the kernel sources' code and the tool versions: a change to either gives new cache entries."""
-    digest = hashlib.sha256(fingerprint_tree(_PACKAGE_DIR).encode())
+    """Hash of the kernel sources' code and the tool versions: a change to either gives new cache entries.
+
+    Parsing the sources takes a tenth of a second, which a process that only loads kernels should not pay: the
+    result is kept in the cache folder under a hash of the sources' bytes and the tool versions, which is quick."""
+    versions = []
     for dist in ("nvidia-cutlass-dsl", "apache-tvm-ffi"):
         try:
-            digest.update(f"|{dist}=={importlib.metadata.version(dist)}".encode())
+            versions.append(f"|{dist}=={importlib.metadata.version(dist)}")
         except importlib.metadata.PackageNotFoundError:
-            digest.update(f"|{dist} missing".encode())
-    return digest.hexdigest()[:16]
+            versions.append(f"|{dist} missing")
+    raw = hashlib.sha256("".join(versions).encode())
+    for path in sorted((_PACKAGE_DIR / "kernels").rglob("*.py")):
+        raw.update(f"{path.relative_to(_PACKAGE_DIR).as_posix()}\0".encode() + path.read_bytes())
+    directory = cache_dir()
+    memo = directory / "fingerprints" / raw.hexdigest()[:32] if directory else None
+    if memo is not None and memo.is_file():
+        return memo.read_text().strip()
+    digest = hashlib.sha256(fingerprint_tree(_PACKAGE_DIR).encode())
+    digest.update("".join(versions).encode())
+    fingerprint = digest.hexdigest()[:16]
+    if memo is not None:
+        _write_atomically(memo, fingerprint.encode())
+    return fingerprint
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError:  # a read-only cache folder: the memo is an optimisation
+        pass
 
 
 def entry_name(arch: str, config: Any) -> str:
     fields = json.dumps(dataclasses.asdict(config), sort_keys=True)
     key = hashlib.sha256(f"{type(config).__name__}|{arch}|{fields}|{source_fingerprint()}".encode()).hexdigest()
     return f"{type(config).__name__.lower()}_{arch}_{key[:24]}"
+
+
+ENTRY_SUFFIXES = (".so", ".o")  # a shared library where a C compiler linked one, else the object file
+
+
+def entries(directory: Path) -> list[Path]:
+    """The cache entries in ``directory``."""
+    if not directory.is_dir():
+        return []
+    return sorted(path for suffix in ENTRY_SUFFIXES for path in directory.glob(f"*{suffix}"))
 
 
 @functools.cache
@@ -128,26 +167,54 @@ def _load_runtime_libraries() -> None:
         ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
 
 
-def _load_from_disk(path: Path, name: str) -> Callable | None:
-    if not path.exists():
+def _load_from_disk(directory: Path, name: str) -> Callable | None:
+    """The kernel of entry ``name``: a shared library through TVM-FFI alone, an object file through CuTe DSL."""
+    library, obj = (directory / f"{name}{suffix}" for suffix in ENTRY_SUFFIXES)
+    try:
+        if library.exists():
+            import tvm_ffi
+
+            return tvm_ffi.load_module(str(library))[name]
+        if obj.exists():
+            import cutlass.cute as cute
+
+            _load_runtime_libraries()
+            return getattr(cute.runtime.load_module(str(obj), enable_tvm_ffi=True), name)
+    except Exception:  # a stale, truncated or unlinkable file: recompile and overwrite it
         return None
+    return None
+
+
+def _link(obj: Path, library: Path) -> bool:
+    """Link ``obj`` into the shared library ``library`` against the CuTe DSL runtime (found through its rpath)."""
     import cutlass.cute as cute
 
-    _load_runtime_libraries()
+    flags = []
+    for lib in map(Path, cute.runtime.find_runtime_libraries(enable_tvm_ffi=True)):
+        name = lib.name.removeprefix("lib").removesuffix(".so")
+        flags += [f"-L{lib.parent}", f"-l{name}", f"-Wl,-rpath,{lib.parent}"]
+    command = [os.environ.get("CC", "cc"), "-shared", "-o", str(library), str(obj), *flags]
     try:
-        return getattr(cute.runtime.load_module(str(path), enable_tvm_ffi=True), name)
-    except Exception:  # a stale or truncated file: recompile and overwrite it
-        return None
+        return subprocess.run(command, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):  # no C compiler: the object file it is
+        return False
 
 
-def _save_to_disk(compiled: Any, path: Path, name: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.o")
+def _save_to_disk(compiled: Any, directory: Path, name: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = f"{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    obj, library = directory / f"{stem}.o", directory / f"{stem}.so"
     try:
-        compiled.export_to_c(str(tmp), function_name=name)
-        tmp.replace(path)
+        compiled.export_to_c(str(obj), function_name=name)
+        if _link(obj, library):
+            library.replace(directory / f"{name}.so")
+        else:
+            obj.replace(directory / f"{name}.o")
     except Exception:  # the disk cache is an optimisation; an export failure only costs a compile next time
-        tmp.unlink(missing_ok=True)
+        pass
+    finally:
+        obj.unlink(missing_ok=True)
+        library.unlink(missing_ok=True)
 
 
 def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
@@ -162,13 +229,11 @@ def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
         start = time.perf_counter()
         name = entry_name(arch, config)
         directory = cache_dir()
-        path = directory / f"{name}.o" if directory else None
-        compiled = _load_from_disk(path, name) if path else None
+        compiled = _load_from_disk(directory, name) if directory else None
         if compiled is None:
-            built = build()
-            if path:
-                _save_to_disk(built, path, name)
-            compiled = built
+            compiled = build()
+            if directory:
+                _save_to_disk(compiled, directory, name)
         compile_seconds[key] = time.perf_counter() - start
         _memory[key] = compiled
         return compiled

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from flashcute.kernels import registry
+from flashcute.kernels.launch import dtype_name
 from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs, validate_pointers
 
 
@@ -43,9 +44,10 @@ def launch_fwd(
 ) -> None:
     """Launch a forward kernel ("auto": the fastest family the device runs) into given outputs (validated inputs
     only; tests use it to poison outputs)."""
-    family = registry.pick(q.device, None if kernel == "auto" else kernel)[0]
+    name = None if kernel == "auto" else kernel
+    launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, name)
     validate_pointers(q=q, k=k, v=v)
-    family.forward(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+    launch(q, k, v, out, lse, softmax_scale, diag_offset)
 
 
 def launch_bwd(
@@ -195,18 +197,100 @@ def flash_attn_func(
     ``kernel`` picks a kernel by name (see ``available_kernels``); the default picks the fastest for the device.
     Under ``torch.autocast("cuda")`` float32 inputs are cast to the autocast dtype.
     """
+    compiling = torch.compiler.is_compiling()
+    key = None if compiling else _signature(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel)
+    plan = _plans.get(key) if key is not None else None
+    if plan is None:
+        plan = _plan(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel)
+        if key is not None and not plan.casts:
+            if len(_plans) >= MAX_PLANS:
+                _plans.clear()
+            _plans[key] = plan
+    if type(deterministic) is not bool or type(return_lse) is not bool:
+        for name, flag in (("deterministic", deterministic), ("return_lse", return_lse)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
+    q, k, v = plan.inputs(q, k, v)
+    options = (*plan.scalars, deterministic)
+    if compiling:
+        out, lse = _fwd(q, k, v, *options)
+    elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, lse = FlashAttention.apply(q, k, v, *options)
+    else:
+        out, lse = forward_outputs(q, k, v, *plan.scalars)
+    return (out, lse) if return_lse else out
+
+
+class CallPlan:
+    """What one signature of flash_attn_func decides, once: the validated arguments resolved to the kernels'
+    scalars (softmax_scale, diag_offset, window_left, window_right, kernel), whether the inputs need new strides
+    (validate_cuda_inputs' row views) or a cast (autocast), so that a repeated call only looks its plan up."""
+
+    __slots__ = ("args", "casts", "restrides", "scalars")
+
+    def __init__(self, args: AttentionArgs, scalars: tuple, restrides: bool, casts: bool):
+        self.args, self.scalars, self.restrides, self.casts = args, scalars, restrides, casts
+
+    def inputs(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q, k and v as the kernels take them: cast under autocast, rows re-strided where validation said so."""
+        if self.casts:
+            q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))
+        if self.restrides or self.casts:
+            q, k, v = validate_cuda_inputs(q, k, v, self.args)
+        return q, k, v
+
+
+# The plans of the signatures seen so far. A program makes a few kinds of calls; one whose shapes change at every
+# call (a growing sequence) would fill it, so it starts over past MAX_PLANS.
+_plans: dict[tuple, CallPlan] = {}
+MAX_PLANS = 4096
+
+
+def _signature(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel) -> tuple | None:
+    """What flash_attn_func's decisions depend on, as a dict key; None where an argument's type alone could make
+    two calls that differ in meaning compare equal (True == 1 == 1.0), so those take the full validation."""
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+        return None
+    if type(causal) is not bool or not (softmax_scale is None or type(softmax_scale) is float):
+        return None
+    if type(window_size) is not tuple or len(window_size) != 2 or type(softcap) is not float:
+        return None
+    if type(window_size[0]) is not int or type(window_size[1]) is not int or type(causal_align) is not str:
+        return None
+    if kernel is not None and type(kernel) is not str:
+        return None
+    return (
+        q.shape,
+        q.stride(),
+        q.dtype,
+        q.device,
+        k.shape,
+        k.stride(),
+        k.dtype,
+        k.device,
+        v.shape,
+        v.stride(),
+        v.dtype,
+        v.device,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        causal_align,
+        kernel,
+    )
+
+
+def _plan(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel) -> CallPlan:
+    """Validate a call's arguments in full (every error names the argument, its value and what is allowed) and
+    resolve them into its CallPlan."""
     args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap)
-    for name, flag in (("deterministic", deterministic), ("return_lse", return_lse)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {flag!r}")
-    if q.dtype == torch.float32 and q.is_cuda and torch.is_autocast_enabled("cuda"):
+    casts = q.dtype == torch.float32 and q.is_cuda and torch.is_autocast_enabled("cuda")
+    if casts:
         q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))  # the op is no autocast-aware op
-    q, k, v = validate_cuda_inputs(q, k, v, args)
+    ready = validate_cuda_inputs(q, k, v, args)
     if kernel is not None and not isinstance(kernel, str):
         raise TypeError(f"kernel must be a str or None, got {kernel!r}")
-    window_left, window_right = kernel_window(args)
-    door = _fwd if torch.compiler.is_compiling() else FlashAttention.apply
-    out, lse = door(
-        q, k, v, args.softmax_scale, args.diagonal_offset, window_left, window_right, kernel or "auto", deterministic
-    )
-    return (out, lse) if return_lse else out
+    restrides = any(new is not old for new, old in zip(ready, (q, k, v), strict=True))
+    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args), kernel or "auto")
+    return CallPlan(args, scalars, restrides, casts)

@@ -80,6 +80,7 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
         return dout * 2, torch.ones_like(k), torch.zeros_like(v)
 
     monkeypatch.setattr(interface, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
+    monkeypatch.setattr(interface, "_plans", {})  # plans made without the CUDA checks stay in this test
     monkeypatch.setattr(interface, "launch_fwd", fake_fwd)
     monkeypatch.setattr(interface.FlashAttention, "backward", staticmethod(interface._backward_through(fake_bwd)))
     q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
@@ -89,3 +90,61 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
     assert calls == [("fwd", (0.5, 96 - 128, -1, 0, "auto")), ("bwd", (0.5, 96 - 128, -1, 0, False, "auto"))]
     assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))
     assert torch.equal(v.grad, torch.zeros_like(v))
+
+
+def stand_in_launches(monkeypatch) -> list:
+    """flash_attn_func on CPU tensors: the CUDA checks counted and waved through, launches that only fill the
+    outputs, and an empty plan cache; returns the list that counts the checks."""
+    from flashcute import interface
+
+    checks = []
+
+    def count_checks(q, k, v, args):
+        checks.append(args)
+        return q, k, v
+
+    monkeypatch.setattr(interface, "validate_cuda_inputs", count_checks)
+    monkeypatch.setattr(interface, "launch_fwd", lambda q, k, v, out, lse, *scalars: (out.zero_(), lse.zero_()))
+    monkeypatch.setattr(interface, "_plans", {})
+    return checks
+
+
+def test_a_signature_is_validated_once(monkeypatch):
+    """A repeated call looks up its signature's plan instead of validating again; another stride, shape, dtype
+    or option makes a new plan."""
+    checks = stand_in_launches(monkeypatch)
+    q, k, v = (torch.randn(2, 64, 4, 32, dtype=torch.bfloat16) for _ in "qkv")
+    for _ in range(3):
+        flash_attn_func(q, k, v, causal=True)
+    assert len(checks) == 1
+    flash_attn_func(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, causal=True)  # other strides
+    flash_attn_func(q, k, v, causal=False)
+    flash_attn_func(q[:, :32], k, v, causal=True)
+    flash_attn_func(q, k, v, causal=True, softmax_scale=0.5)
+    assert len(checks) == 5
+    flash_attn_func(q, k, v, causal=True, softmax_scale=0.5)
+    assert len(checks) == 5
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ({"causal": 1}, "causal must be a bool"),
+        ({"window_size": (True, 0)}, "window_size must be"),
+        ({"window_size": (-1, -2)}, "window_size must be"),
+        ({"softmax_scale": True}, "softmax_scale must be"),
+        ({"softmax_scale": float("nan")}, "softmax_scale must be"),
+        ({"return_lse": 1}, "return_lse must be a bool"),
+        ({"deterministic": "yes"}, "deterministic must be a bool"),
+        ({"causal_align": "top"}, "causal_align must be one of"),
+        ({"kernel": ["sm80"]}, "kernel must be a str"),
+    ],
+)
+def test_a_cached_signature_still_rejects_bad_options(monkeypatch, bad, error):
+    """Options that compare equal to a cached call's (1 == True, (True, 0) == (1, 0)) or that the cached call
+    never had still get the full validation and its error."""
+    stand_in_launches(monkeypatch)
+    q, k, v = (torch.randn(1, 16, 2, 32, dtype=torch.bfloat16) for _ in "qkv")
+    flash_attn_func(q, k, v, causal=True, window_size=(1, 0), softmax_scale=1.0)
+    with pytest.raises((TypeError, ValueError), match=error):
+        flash_attn_func(q, k, v, **{"causal": True, "window_size": (1, 0), "softmax_scale": 1.0, **bad})

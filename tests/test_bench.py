@@ -4,6 +4,7 @@ correctness check, reports, JSON, --compare, plots, and the command without a GP
 import argparse
 import itertools
 import os
+import re
 import subprocess
 import sys
 
@@ -266,7 +267,13 @@ def synthetic(ms_scale: float = 1.0) -> Results:
         *(row("flex", seqlen, "unsupported", reason="triton is not installed") for seqlen in (1024, 2048)),
     ]
     meta = {"pass": "fwd", "gpu": {"name": "Test GPU"}, "date": "2026-01-01", "versions": {"torch": "2.11"}}
-    return Results(meta, rows, {"flashcute-sm80": 12.5, "fa4": 30.0, "flex": "triton is not installed"})
+    host = {
+        "flashcute-sm80": {"fwd": 12.5, "fwd with grad": 20.0, "fwd compiled": 40.0, "bwd": 60.0},
+        "fa4": {"fwd": 30.0, "fwd with grad": 35.0, "fwd compiled": "graph break", "bwd": 90.0},
+        "flex": dict.fromkeys(("fwd", "fwd with grad", "fwd compiled", "bwd"), "triton is not installed"),
+    }
+    first = {"flashcute-sm80": {"cold import": 0.1, "cold fwd": 5.0, "warm import": 0.1, "warm fwd": 0.15}}
+    return Results(meta, rows, host, first)
 
 
 def test_tflops_and_ratios():
@@ -292,7 +299,20 @@ def test_render_has_notes_and_per_backend_costs():
     assert "# flashcute bench: fwd on Test GPU" in text and "## bf16 · D=128 · causal" in text
     assert "- flex unsupported (L=1k, 2k): triton is not installed" in text
     assert "- sdpa-cudnn wrong (L=1k, 2k): wrong (checked at L=1024): out" in text
-    assert "| flashcute-sm80 | 12.5" in text and "| 1000" in text
+    flat = re.sub(" +", " ", text)  # (tables pad their cells)
+    assert "| backend | host µs/call: fwd | host µs/call: fwd with grad | host µs/call: fwd compiled |" in flat
+    assert "| flashcute-sm80 | 12.5 | 20.0 | 40.0 | 60.0 | 1000" in flat and "| fa4 | 30.0 | 35.0 | ✗ |" in flat
+    assert "- fa4 fwd compiled: graph break" in text and "- flex bwd: triton is not installed" in text
+    assert "## First calls in a fresh process" in text
+    assert "| flashcute-sm80 | 0.10 | 5.00 | 0.10 | 0.15 |" in flat
+
+
+def test_results_saved_with_one_host_figure_a_backend_still_load(tmp_path):
+    """Runs saved before the kinds of call were told apart (one figure a backend, for the run's pass) load."""
+    path = tmp_path / "results.json"
+    path.write_text('{"meta": {"pass": "bwd"}, "host_overhead_us": {"fa4": 236.0, "flex": "no"}, "rows": []}')
+    loaded = Results.load(path)
+    assert loaded.host_overhead_us == {"fa4": {"bwd": 236.0}, "flex": {"bwd": "no"}} and loaded.first_call_s == {}
 
 
 def test_json_round_trip_and_compare(tmp_path):
@@ -325,3 +345,14 @@ def test_python_m_flashcute_bench_without_gpu():
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run([sys.executable, "-m", "flashcute.bench", "--quick"], capture_output=True, text=True, env=env)
     assert done.returncode == 2 and "no CUDA GPU" in done.stderr
+
+
+def test_first_calls_report_each_cache_state_and_call():
+    """A fresh process per backend and cache state; where one cannot run (here: no GPU) each figure is the reason."""
+    from flashcute.bench import host
+
+    found = host.first_calls([Backend("sdpa-flash", lambda shape: None)], SHAPE)
+    assert list(found) == ["sdpa-flash"]
+    assert list(found["sdpa-flash"]) == [f"{s} {c}" for s in host.CACHE_STATES for c in host.FIRST_CALLS]
+    values = found["sdpa-flash"].values()
+    assert all(isinstance(v, str) and v for v in values) or all(isinstance(v, float) for v in values)

@@ -233,6 +233,34 @@ def test_non_default_stream(kernel):
     assert torch.equal(out, expected)
 
 
+def test_launches_back_to_back_on_two_streams(kernel):
+    """Each launch finds what the kernels keep between launches (the persistent grid's tile counter) as the last
+    one left it: launches of different sizes one after another, on one stream and interleaved on two, each into
+    NaN-poisoned outputs and against the spec."""
+    shapes = [(1, 128, 128, 2), (2, 300, 500, 4), (1, 1000, 1000, 1), (3, 64, 700, 2)] * 2
+    streams = (torch.cuda.current_stream(), torch.cuda.Stream())
+    runs = []
+    for i, (batch, seqlen_q, seqlen_k, nheads) in enumerate(shapes):
+        q = randn(batch, seqlen_q, nheads, 64)
+        k, v = (randn(batch, seqlen_k, nheads, 64) for _ in "kv")
+        options = {"causal": i % 3 == 0}
+        streams[1].wait_stream(streams[0])  # the inputs are ready
+        with torch.cuda.stream(streams[i // 2 % 2]):
+            runs.append((run_poisoned(q, k, v, kernel, **options), (q, k, v), options))
+    torch.cuda.synchronize()
+    for (out, lse), tensors, options in runs:
+        check_against_spec(out, lse, *tensors, **options)
+
+
+def test_a_repeated_signature_still_checks_pointers():
+    """A call whose shapes, strides and options repeat an earlier one's still has its pointers checked."""
+    q, k, v = (randn(1, 64, 2, 64) for _ in "qkv")
+    flashcute.flash_attn_func(q, k, v)
+    misaligned = torch.empty(q.numel() + 8, dtype=q.dtype, device="cuda")[1 : 1 + q.numel()].view(q.shape)
+    with pytest.raises(ValueError, match="q must start on a 16-byte boundary"):
+        flashcute.flash_attn_func(misaligned, k, v)
+
+
 def test_cuda_graph_replay(kernel):
     q = randn(2, 300, 4, 64)
     k, v = (randn(2, 300, 4, 64) for _ in "kv")

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 
+from flashcute.compile_cache import entries
 from flashcute.kernels.variants import all_variants
 from tests.helpers import run_main
 
@@ -48,12 +54,29 @@ def test_warmup_fills_the_cache_and_cache_shows_and_clears_it(capsys, monkeypatc
     flags = ("--arch", "sm_80", "--headdim", "64", "--causal", "no", "--pass", "fwd", "--kernels", "sm80")
     code, out, _ = run_main(capsys, "warmup", *flags, "--jobs", "1")
     assert code == 0 and "[1/1] bfloat16-d64-" in out and "1 variants for sm_80" in out
-    assert len(list(tmp_path.glob("*.o"))) == 1
+    assert len(entries(tmp_path)) == 1
+    assert_loads_without_cute_dsl(entries(tmp_path)[0])
     (tmp_path / "fwdconfig_sm_80_000000000000000000000000.o").write_bytes(b"left by older code")
     code, out, _ = run_main(capsys, "cache")
     assert code == 0 and f"{tmp_path}: 2 entries" in out and "1 of them stale" in out
     assert [line.split() for line in out.splitlines()[2:]] == [["fwdconfig", "sm_80", "1", "1"]]
     code, out, _ = run_main(capsys, "cache", "--clear", "--stale")
-    assert "deleted 1 stale entries" in out and len(list(tmp_path.glob("*.o"))) == 1
+    assert "deleted 1 stale entries" in out and len(entries(tmp_path)) == 1
     code, out, _ = run_main(capsys, "cache", "--clear")
-    assert "deleted 1 entries" in out and not list(tmp_path.glob("*.o"))
+    assert "deleted 1 entries" in out and not entries(tmp_path)
+
+
+def assert_loads_without_cute_dsl(entry) -> None:
+    """Where a C compiler links entries, a fresh process loads ``entry`` as a TVM-FFI function without importing
+    CuTe DSL (what makes a first call from a filled cache quick)."""
+    if not shutil.which(os.environ.get("CC", "cc")):
+        assert entry.suffix == ".o"
+        return
+    assert entry.suffix == ".so"
+    script = (
+        "import sys, pathlib; from flashcute import compile_cache; "
+        f"kernel = compile_cache._load_from_disk(pathlib.Path({str(entry.parent)!r}), {entry.stem!r}); "
+        "assert type(kernel).__name__ == 'Function', kernel; "
+        "assert not any(m.startswith('cutlass') for m in sys.modules), 'imported CuTe DSL'"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ, "CUTE_DSL_ARCH": "sm_80"})

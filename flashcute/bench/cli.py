@@ -12,10 +12,11 @@ from flashcute.bench.backends import select_backends
 from flashcute.bench.command import add_grid_arguments, add_timing_arguments, grid_from_flags, no_gpu
 from flashcute.bench.flops import PASSES
 from flashcute.bench.grid import FULL, QUICK, GridSpec, make_grid
+from flashcute.bench.host import first_calls, host_overheads
 from flashcute.bench.plot import write_plots
 from flashcute.bench.report import compare, render
 from flashcute.bench.results import Results, Row
-from flashcute.bench.runner import Settings, host_overheads, sweep
+from flashcute.bench.runner import Settings, sweep
 
 QUICK_TIMING_MS = (5.0, 20.0)
 
@@ -84,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     extra = {"pass": config.pass_, "settings": dataclasses.asdict(config), "grid": dataclasses.asdict(spec)}
     results = Results(meta.collect({**extra, "skipped_backends": skipped}))
-    results.host_overhead_us = host_overheads(backends, shapes[0], config.pass_)
+    results.host_overhead_us = host_overheads(backends, shapes[0])
+    if not args.quick:  # a fresh process per backend and cache state: about a minute
+        results.first_call_s = first_calls(backends, shapes[0])
     for row in progress(sweep(shapes, backends, config), total=len(shapes) * len(backends)):
         results.rows.append(row)
         results.save(out_dir / "results.json")  # after every row: an interrupted run keeps what it measured

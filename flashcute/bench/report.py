@@ -90,21 +90,48 @@ def group_notes(rows: list[Row]) -> list[str]:
     return [f"- {backend} {status} (L={', '.join(ls)}): {reason}" for (backend, status, reason), ls in seqlens.items()]
 
 
+def _seconds_or_reason(value: float | str | None, digits: int) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, float) else "n/a" if value is None else "✗"
+
+
 def backend_table(results: Results, backends: list[str]) -> str:
-    """Host overhead per call on a tiny problem, and first-call (compile) time over the sweep's rows."""
+    """Host microseconds a call on a tiny problem, per kind of call, and the sweep's first calls (compiles)."""
+    kinds = list(dict.fromkeys(kind for value in results.host_overhead_us.values() for kind in value))
     body = []
     for backend in backends:
         firsts = [row.first_call_ms for row in results.rows if row.backend == backend and row.first_call_ms]
-        overhead = results.host_overhead_us.get(backend)
+        overhead = results.host_overhead_us.get(backend, {})
         body.append(
             [
                 backend,
-                f"{overhead:.1f}" if isinstance(overhead, float) else "n/a",
+                *(_seconds_or_reason(overhead.get(kind), 1) for kind in kinds),
                 f"{statistics.median(firsts):.0f}" if firsts else "",
                 f"{max(firsts):.0f}" if firsts else "",
             ]
         )
-    return markdown_table(["backend", "host µs/call", "first call ms (median)", "first call ms (max)"], body)
+    header = ["backend", *(f"host µs/call: {kind}" for kind in kinds), "first call ms (median)", "(max)"]
+    table = markdown_table(header, body)
+    reasons = sorted(
+        {f"- {backend} {kind}: {value}" for backend in backends for kind, value in _items(results, backend)}
+    )
+    return "\n".join([table, *reasons])
+
+
+def _items(results: Results, backend: str):
+    """(what, reason) for every host figure of ``backend`` that could not be measured."""
+    for source in (results.host_overhead_us, results.first_call_s):
+        yield from ((kind, v) for kind, v in source.get(backend, {}).items() if isinstance(v, str))
+
+
+def first_call_table(results: Results, backends: list[str]) -> str:
+    """Seconds of the import, first forward and first forward+backward in a fresh process, per cache state."""
+    columns = list(dict.fromkeys(column for value in results.first_call_s.values() for column in value))
+    body = [
+        [backend, *(_seconds_or_reason(results.first_call_s[backend].get(c), 2) for c in columns)]
+        for backend in backends
+        if backend in results.first_call_s
+    ]
+    return markdown_table(["backend", *(f"{column} s" for column in columns)], body)
 
 
 def _pairs(values: dict) -> str:
@@ -135,6 +162,8 @@ def render(results: Results) -> str:
     for group, rows in by_group(results.rows).items():
         parts += ["", f"## {group_label(group)}", "", group_table(rows, backends, compared), *group_notes(rows)]
     parts += ["", "## Per backend", "", backend_table(results, backends)]
+    if results.first_call_s:
+        parts += ["", "## First calls in a fresh process", "", first_call_table(results, backends)]
     return "\n".join(parts) + "\n"
 
 

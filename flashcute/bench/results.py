@@ -48,12 +48,16 @@ class Row:
 class Results:
     meta: dict = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
-    host_overhead_us: dict[str, float | str] = field(default_factory=dict)
-    """Per backend: host microseconds per call on a tiny problem, or why it could not be measured."""
+    host_overhead_us: dict[str, dict[str, float | str]] = field(default_factory=dict)
+    """Per backend and kind of call (bench.host.CALL_KINDS): host microseconds a call on a tiny problem, or why it
+    could not be measured."""
+    first_call_s: dict[str, dict[str, float | str]] = field(default_factory=dict)
+    """Per backend, "<cache state> <call>" (bench.host.first_calls): seconds in a fresh process, or why not."""
 
     def to_dict(self) -> dict:
         rows = [row.to_dict() for row in self.rows]
-        return {"meta": self.meta, "host_overhead_us": self.host_overhead_us, "rows": rows}
+        host = {"host_overhead_us": self.host_overhead_us, "first_call_s": self.first_call_s}
+        return {"meta": self.meta, **host, "rows": rows}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -64,7 +68,13 @@ class Results:
     @classmethod
     def load(cls, path: Path) -> "Results":
         data = json.loads(Path(path).read_text())
-        return cls(data["meta"], [Row.from_dict(row) for row in data["rows"]], data["host_overhead_us"])
+        # runs saved before the kinds of call were told apart have one figure a backend, for the run's pass
+        host = {
+            backend: value if isinstance(value, dict) else {data["meta"].get("pass", "fwd"): value}
+            for backend, value in data.get("host_overhead_us", {}).items()
+        }
+        rows = [Row.from_dict(row) for row in data["rows"]]
+        return cls(data["meta"], rows, host, data.get("first_call_s", {}))
 
 
 def by_group(rows: list[Row]) -> dict[tuple[str, int, bool], list[Row]]:

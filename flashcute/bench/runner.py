@@ -14,10 +14,10 @@ import torch
 from flashcute.bench.backends import Backend
 from flashcute.bench.check import Checker
 from flashcute.bench.grid import Shape
-from flashcute.bench.inputs import InputSet, make_inputs, make_rotation
+from flashcute.bench.inputs import InputSet, make_rotation
 from flashcute.bench.passes import NoBackward, make_step, run_pass
 from flashcute.bench.results import Row
-from flashcute.bench.timing import gpu_time_ms, host_overhead_us, wall_ms
+from flashcute.bench.timing import gpu_time_ms, wall_ms
 
 T = TypeVar("T")
 UNSUPPORTED = (NoBackward, NotImplementedError, ValueError, TypeError)
@@ -116,22 +116,6 @@ def more_rounds(measured: list[tuple[Backend, Row, Callable[[], object] | None]]
         dataclasses.replace(row, ms=statistics.median(times[row.backend])) if step is not None else row
         for _, row, step in measured
     ]
-
-
-def host_overheads(backends: list[Backend], like: Shape, pass_: str) -> dict[str, float | str]:
-    """Per backend, host microseconds per call on a problem as tiny as can be (like's dtype and headdim, one short
-    sequence) so that the GPU never holds the host back, or why it could not be measured."""
-    shape = dataclasses.replace(like, causal=False, seqlen=128, batch=1, nheads=2)
-
-    def overhead(backend: Backend) -> float | str:
-        reason = backend.supports(shape, pass_)
-        if reason:
-            return reason
-        inputs = [make_inputs(shape, with_grad=pass_ != "fwd")]
-        us, failure = attempt(backend, lambda: host_overhead_us(make_step(backend.build(shape), inputs, pass_)))
-        return us if failure is None else failure[1]
-
-    return {backend.name: overhead(backend) for backend in backends}
 
 
 def attempt(backend: Backend, call: Callable[[], T]) -> tuple[T | None, tuple[str, str] | None]:

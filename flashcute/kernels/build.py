@@ -60,11 +60,11 @@ class SymbolicProblem:
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
 
     def tile_counter(self):
-        """(1,) int32: a persistent kernel's count of the tiles claimed so far."""
+        """(2,) int32: a persistent kernel's count of the tiles claimed so far and of the thread blocks done."""
         import cutlass
         import cutlass.cute as cute
 
-        return cute.runtime.make_fake_tensor(cutlass.Int32, (1,), stride=(1,), assumed_align=4)
+        return cute.runtime.make_fake_tensor(cutlass.Int32, (2,), stride=(1,), assumed_align=8)
 
     def padded_row_stats(self):
         """(batch, nheads, seqlen_q rounded up to a Q tile) float32, 16-byte aligned rows: the Hopper backward's

@@ -41,9 +41,12 @@ def num_sms(device: torch.device) -> int:
     return _num_sms(device_index(device))
 
 
+_DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+
+
 def dtype_name(t: torch.Tensor) -> str:
     """A tensor's dtype as configs name it: "float16", "bfloat16", "float32"."""
-    return str(t.dtype).removeprefix("torch.")
+    return _DTYPE_NAMES.get(t.dtype) or str(t.dtype).removeprefix("torch.")
 
 
 def compiled(config, device: torch.device, compile: Callable) -> Callable:

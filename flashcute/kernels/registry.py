@@ -2,8 +2,9 @@
 
 A family is a folder under kernels/ with a ``family`` module that provides NAME, ARCHS (the targets it is built for
 without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
-dtypes, buckets, masks, exact_only)``, ``forward(...)``, ``supports_backward(head_dim, deterministic)`` and
-``backward(...)``. Adding a family is one folder and one line in FAMILIES.
+dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right)``
+(a ``launch(q, k, v, out, lse, softmax_scale, diag_offset)``), ``forward(...)``, ``supports_backward(head_dim,
+deterministic)`` and ``backward(...)``. Adding a family is one folder and one line in FAMILIES.
 """
 
 from __future__ import annotations
@@ -68,9 +69,30 @@ def pick(device: torch.device, kernel: str | None = None) -> list[ModuleType]:
     return [family(name) for name in names[names.index(kernel) if kernel else 0 :]]
 
 
+# Decisions a call would otherwise take again: which family, config and compiled kernel serve a (device, dtype,
+# head dim, window, kernel) key. Both hold a handful of entries, one per kind of call a program makes.
+_forward_launchers: dict[tuple, object] = {}
+_backward_families: dict[tuple, ModuleType] = {}
+
+
+def forward_launcher(device: torch.device, dtype: str, head_dim: int, window_left: int, window_right: int, kernel):
+    """The first family's (from ``kernel`` on; None: the fastest) ``forward_launcher`` for these, made once."""
+    key = (device, dtype, head_dim, window_left, window_right, kernel)
+    launch = _forward_launchers.get(key)
+    if launch is None:
+        launch = pick(device, kernel)[0].forward_launcher(device, dtype, head_dim, window_left, window_right)
+        _forward_launchers[key] = launch
+    return launch
+
+
 def backward_family(device: torch.device, kernel: str | None, head_dim: int, deterministic: bool) -> ModuleType:
     """The first family from ``kernel`` on whose backward covers this head dim and mode."""
-    return next(f for f in pick(device, kernel) if f.supports_backward(head_dim, deterministic))
+    key = (device, kernel, head_dim, deterministic)
+    found = _backward_families.get(key)
+    if found is None:
+        found = next(f for f in pick(device, kernel) if f.supports_backward(head_dim, deterministic))
+        _backward_families[key] = found
+    return found
 
 
 def compile_any(config, arch: str, dump_dir=None):

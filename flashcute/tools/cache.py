@@ -29,7 +29,7 @@ def current_names() -> set[str]:
 
 
 def _kind_and_arch(path: Path) -> tuple[str, str]:
-    """("fwdconfig", "sm_80") from "fwdconfig_sm_80_<key>.o"."""
+    """("fwdconfig", "sm_80") from "fwdconfig_sm_80_<key>.so" (or .o)."""
     kind, _, rest = path.stem.partition("_")
     return kind, rest.rpartition("_")[0]
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if directory is None:
         print("the disk cache is off (FLASHCUTE_CACHE_DIR=off): kernels are compiled once a process")
         return 0
-    entries = sorted(directory.glob("*.o")) if directory.is_dir() else []
+    entries = compile_cache.entries(directory)
     current = current_names()
     stale = [path for path in entries if path.stem not in current]
     if args.clear:

@@ -1,7 +1,8 @@
 """The sm80 family's launch contract: the seed's mma.sync kernels, on every GPU of compute capability 8.0 or newer.
 
-forward and backward take validated tensors and launch on the current stream; compile builds any of the family's
-kernels for a target without a GPU; variants lists what the heuristics pick, for the compile tests and warm-up.
+forward_launcher, forward and backward take validated tensors and launch on the current stream; compile builds any
+of the family's kernels for a target without a GPU; variants lists what the heuristics pick, for the compile tests
+and warm-up.
 """
 
 from __future__ import annotations
@@ -79,15 +80,30 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
     return found
 
 
-def forward(
-    q, k, v, out, lse, softmax_scale: float, diag_offset: int, window_left: int, window_right: int, config=None
-) -> None:
-    """out and lse from q, k, v (validated inputs, outputs allocated by the caller) with the heuristic's config,
-    or ``config`` (tests and tuning)."""
+def forward_launcher(
+    device: torch.device,
+    dtype: str,
+    head_dim: int,
+    window_left: int,
+    window_right: int,
+    config: FwdConfig | None = None,
+):
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset)`` for validated inputs of this device, dtype, head
+    dim and window (outputs allocated by the caller), with the heuristic's config or ``config`` (tests, tuning)."""
     if config is None:
-        config = fwd_config(q.shape[-1], dtype_name(q), window_left, window_right, arch=device_arch(q.device))
-    kernel = compiled(config, q.device, compile)
-    run_on_device(q.device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+        config = fwd_config(head_dim, dtype, window_left, window_right, arch=device_arch(device))
+    kernel = compiled(config, device, compile)
+
+    def launch(q, k, v, out, lse, softmax_scale: float, diag_offset: int) -> None:
+        run_on_device(device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+
+    return launch
+
+
+def forward(q, k, v, out, lse, softmax_scale: float, diag_offset: int, window_left: int, window_right: int, **how):
+    """forward_launcher's launch for these tensors, once (``how``: its config)."""
+    launch = forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, **how)
+    launch(q, k, v, out, lse, softmax_scale, diag_offset)
 
 
 def supports_backward(head_dim: int, deterministic: bool) -> bool:

@@ -1,10 +1,10 @@
 """The Hopper family's launch contract (sm_90: TMA, wgmma, warp specialization).
 
 What its kernels need of the tensors beyond the shared validation: layouts a TMA tensor map can describe
-(tma_addressable), a zeroed tile counter for the persistent forward, and for the backward LSE * log2(e) and D
-padded to whole Q tiles, which it bulk-copies a tile at a time. The backward covers the head dims it has tiles for
-(buckets 64 and 128) and not the deterministic mode: supports_backward says so, and the registry's next family
-takes the rest.
+(tma_addressable), a tile counter for the persistent forward (one per stream, left zeroed by the kernel), and for
+the backward LSE * log2(e) and D padded to whole Q tiles, which it bulk-copies a tile at a time. The backward covers
+the head dims it has tiles for (buckets 64 and 128) and not the deterministic mode: supports_backward says so, and
+the registry's next family takes the rest.
 """
 
 from __future__ import annotations
@@ -88,28 +88,53 @@ def tma_addressable(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def forward(
-    q,
-    k,
-    v,
-    out,
-    lse,
-    softmax_scale: float,
-    diag_offset: int,
+def forward_launcher(
+    device: torch.device,
+    dtype: str,
+    head_dim: int,
     window_left: int,
     window_right: int,
     config: Sm90FwdConfig | None = None,
     grid: int | None = None,
-) -> None:
-    """out and lse from q, k, v (validated inputs, outputs allocated by the caller) with the heuristic's config,
-    or ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests: fewer blocks, each
-    claiming several tiles)."""
-    q, k, v = (tma_addressable(t) for t in (q, k, v))
+):
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset)`` for validated inputs of this device, dtype, head
+    dim and window (outputs allocated by the caller), with the heuristic's config or ``config``; the persistent
+    grid has one thread block per SM, or ``grid`` (tests: fewer blocks, each claiming several tiles)."""
     if config is None:
-        config = sm90_fwd_config(q.shape[-1], dtype_name(q), window_left, window_right)
-    counter = torch.zeros(1, dtype=torch.int32, device=q.device)
-    scalars = (softmax_scale, diag_offset, window_left, window_right, grid or num_sms(q.device))
-    run_on_device(q.device, compiled(config, q.device, compile), q, k, v, out, lse, counter, *scalars)
+        config = sm90_fwd_config(head_dim, dtype, window_left, window_right)
+    kernel = compiled(config, device, compile)
+    max_grid = grid or num_sms(device)
+
+    def launch(q, k, v, out, lse, softmax_scale: float, diag_offset: int) -> None:
+        if 0 in q.stride() or 0 in k.stride() or 0 in v.stride():
+            q, k, v = (tma_addressable(t) for t in (q, k, v))
+        counter = tile_counter(device)
+        scalars = (softmax_scale, diag_offset, window_left, window_right, max_grid)
+        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars)
+
+    return launch
+
+
+def forward(q, k, v, out, lse, softmax_scale: float, diag_offset: int, window_left: int, window_right: int, **how):
+    """forward_launcher's launch for these tensors, once (``how``: its config and grid)."""
+    launch = forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, **how)
+    launch(q, k, v, out, lse, softmax_scale, diag_offset)
+
+
+_tile_counters: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def tile_counter(device: torch.device) -> torch.Tensor:
+    """The forward's tile counter for the current stream: zeroed once and left zeroed by every launch (the kernel
+    resets it), so launches on one stream, which run in order, share it. A CUDA graph being captured gets a counter
+    of its own, zeroed in the graph, so that graphs replayed on other streams never share one."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(2, dtype=torch.int32, device=device)
+    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    counter = _tile_counters.get(key)
+    if counter is None:
+        counter = _tile_counters[key] = torch.zeros(2, dtype=torch.int32, device=device)
+    return counter
 
 
 def supports_backward(head_dim: int, deterministic: bool) -> bool:

@@ -116,7 +116,7 @@ class FlashAttentionForwardSm90:
         mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
         mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
-        mTileCounter: cute.Tensor,  # (1,) int32, zeroed: the tiles claimed so far
+        mTileCounter: cute.Tensor,  # (2,) int32, zeroed: tiles claimed, thread blocks done (left zeroed)
         softmax_scale: Float32,
         diag_offset: Int32,
         window_left: Int32,
@@ -311,7 +311,11 @@ class FlashAttentionForwardSm90:
         """The producer warp's walk: its first tile is block_idx; once a tile's loads are issued
         (the K/V ring lets the warp run at most two stages ahead, so this is near the end of the consumers' work
         on the tile before) it claims the next with an atomic add on the counter, grid_size + the count so far,
-        and publishes each index in the ring for the consumers, then one past the last tile to end their walk."""
+        and publishes each index in the ring for the consumers, then one past the last tile to end their walk.
+
+        The counter is left zeroed for the next launch, so the host keeps one per stream instead of zeroing one a
+        call (a memset launch): every thread block makes exactly one claim past the last tile, then counts itself
+        done (acq_rel: after its claims); the block that counts last knows no claim is left and zeroes both."""
         block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
         ring_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_RING)
         tile_idx = block_idx
@@ -323,6 +327,12 @@ class FlashAttentionForwardSm90:
                 claimed = cute.arch.atomic_add(tiles.counter.iterator, Int32(1))
             tile_idx = grid_size + cute.arch.shuffle_sync(claimed, 0)
         self.publish_tile(pipe_tile, tiles.ring, ring_state, tile_idx)
+        counter = tiles.counter
+        if cute.arch.lane_idx() == 0:
+            done = cute.arch.atomic_add(counter.iterator + 1, Int32(1), sem="acq_rel", scope="gpu")
+            if done == grid_size - 1:
+                counter[0] = Int32(0)
+                counter[1] = Int32(0)
 
     @cute.jit
     def walk_published_tiles(
