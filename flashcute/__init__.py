@@ -22,5 +22,6 @@ def __getattr__(name: str) -> Any:
     if name in _API:
         from flashcute import interface
 
-        return getattr(interface, name)
+        value = globals()[name] = getattr(interface, name)  # later lookups find it without this call
+        return value
     raise AttributeError(f"module 'flashcute' has no attribute {name!r}")

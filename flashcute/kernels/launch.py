@@ -58,7 +58,7 @@ def compiled(config, device: torch.device, compile: Callable) -> Callable:
 
 def run_on_device(device: torch.device, kernel: Callable, *args) -> None:
     """Call a compiled kernel with ``device`` current: TVM-FFI launches on the current device's current stream."""
-    if device.index == torch.cuda.current_device():
+    if device.index == torch._C._cuda_getDevice():  # (torch.cuda.current_device() without its checks)
         kernel(*args)
     else:
         with torch.cuda.device(device):
