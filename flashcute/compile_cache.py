@@ -37,7 +37,6 @@ import importlib.metadata
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -218,33 +217,8 @@ def _save_to_disk(compiled: Any, directory: Path, name: str) -> None:
         library.unlink(missing_ok=True)
 
 
-# Compiles started by compile_ahead, by entry name: get_compiled waits for one instead of compiling it again.
-_ahead: dict[str, subprocess.Popen] = {}
-
-
-def compile_ahead(arch: str, configs: list) -> None:
-    """Start compiling into the disk cache, a process each (CuTe DSL compiles one kernel at a time a process), the
-    kernels of ``configs`` that are neither loaded nor on disk nor on their way; get_compiled waits for them.
-    Without a disk cache there is nowhere to hand a kernel over: nothing is started."""
-    directory = cache_dir()
-    if directory is None:
-        return
-    for config in configs:
-        name = entry_name(arch, config)
-        if (arch, config) in _memory or name in _ahead or any(p.stem == name for p in entries(directory)):
-            continue
-        fields = json.dumps({"type": type(config).__name__, **dataclasses.asdict(config)})
-        command = [sys.executable, "-m", "flashcute.kernels.variants", arch, fields]
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        try:
-            _ahead[name] = subprocess.Popen(command, env={**os.environ, "CUTE_DSL_ARCH": arch}, **quiet)
-        except OSError:  # no process to spare: get_compiled compiles it when it is needed
-            return
-
-
 def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
-    """The compiled kernel for (arch, config): from memory, else from disk (once a compile_ahead of it is done),
-    else ``build()`` (and saved)."""
+    """The compiled kernel for (arch, config): from memory, else from disk, else ``build()`` (and saved)."""
     key = (arch, config)
     compiled = _memory.get(key)
     if compiled is not None:
@@ -255,9 +229,6 @@ def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
         start = time.perf_counter()
         name = entry_name(arch, config)
         directory = cache_dir()
-        ahead = _ahead.pop(name, None)
-        if ahead is not None:
-            ahead.wait()  # a failed compile leaves no entry, and the build below says why
         compiled = _load_from_disk(directory, name) if directory else None
         if compiled is None:
             compiled = build()

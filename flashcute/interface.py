@@ -215,10 +215,6 @@ def flash_attn_func(
     if compiling:
         out, lse = _fwd(q, k, v, *options)
     elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        _, _, window_left, window_right, name = plan.scalars
-        name = None if name == "auto" else name
-        window = (window_left, window_right)
-        registry.compile_backward_ahead(q.device, dtype_name(q), q.shape[-1], *window, name, deterministic)
         out, lse = FlashAttention.apply(q, k, v, *options)
     else:
         out, lse = forward_outputs(q, k, v, *plan.scalars)

@@ -424,27 +424,3 @@ def test_compile_cache_carries_a_kernel_to_the_next_process(tmp_path):
     assert run("compile") == "True"
     assert len(compile_cache.entries(tmp_path)) == 1
     assert run("load") == "True"  # the build that would raise was never called
-
-
-def test_compile_ahead_hands_kernels_over_through_the_disk_cache(tmp_path, monkeypatch):
-    """compile_ahead compiles in other processes; get_compiled waits for them and loads what they wrote instead of
-    compiling again (what lets a first training step compile its forward and backward side by side)."""
-    from flashcute.kernels.common.prepost_config import bwd_post_config
-    from flashcute.kernels.sm80.config import fwd_config
-
-    monkeypatch.setenv("FLASHCUTE_CACHE_DIR", str(tmp_path))
-    configs = [fwd_config(64, "bfloat16", -1, 0, arch="sm_80"), bwd_post_config(64, "bfloat16")]
-    compile_cache.compile_ahead("sm_80", configs)
-    assert len(compile_cache._ahead) == 2
-    compile_cache.compile_ahead("sm_80", configs)  # on their way already: nothing more starts
-    assert len(compile_cache._ahead) == 2
-
-    def refuse():
-        raise AssertionError("compiled here although a process compiled it ahead")
-
-    try:
-        assert all(callable(compile_cache.get_compiled("sm_80", config, refuse)) for config in configs)
-        assert not compile_cache._ahead and len(compile_cache.entries(tmp_path)) == 2
-    finally:
-        for config in configs:
-            compile_cache._memory.pop(("sm_80", config), None)

@@ -4,8 +4,7 @@ A family is a folder under kernels/ with a ``family`` module that provides NAME,
 without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
 dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right)``
 (a ``launch(q, k, v, out, lse, softmax_scale, diag_offset)``), ``forward(...)``, ``supports_backward(head_dim,
-deterministic)``, ``backward(...)`` and ``backward_configs(dtype, head_dim, window_left, window_right,
-deterministic)``. Adding a family is one folder and one line in FAMILIES.
+deterministic)`` and ``backward(...)``. Adding a family is one folder and one line in FAMILIES.
 """
 
 from __future__ import annotations
@@ -94,34 +93,6 @@ def backward_family(device: torch.device, kernel: str | None, head_dim: int, det
         found = next(f for f in pick(device, kernel) if f.supports_backward(head_dim, deterministic))
         _backward_families[key] = found
     return found
-
-
-_backwards_ahead: set[tuple] = set()
-
-
-def compile_backward_ahead(
-    device: torch.device, dtype: str, head_dim: int, window_left: int, window_right: int, kernel, deterministic: bool
-) -> None:
-    """Start compiling, in other processes, the kernels the backward of such a forward will need, once per kind of
-    call: a first training step then pays the forward's and the backward's compiles side by side, not one after
-    the other (compile_cache.compile_ahead)."""
-    from flashcute import compile_cache
-    from flashcute.kernels.launch import device_arch
-
-    key = (device, dtype, head_dim, window_left, window_right, kernel, deterministic)
-    if key in _backwards_ahead or device.type != "cuda":
-        return
-    _backwards_ahead.add(key)
-    found = backward_family(device, kernel, head_dim, deterministic)
-    configs = found.backward_configs(dtype, head_dim, window_left, window_right, deterministic)
-    compile_cache.compile_ahead(device_arch(device), configs)
-
-
-def config_types() -> dict[str, type]:
-    """Every config dataclass by name: the families' and the shared kernels'."""
-    from flashcute.kernels.common import prepost
-
-    return {t.__name__: t for module in (*families(), prepost) for t in module.CONFIG_TYPES}
 
 
 def compile_any(config, arch: str, dump_dir=None):

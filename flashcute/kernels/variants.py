@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import sys
 import time
 
 from flashcute.kernels import registry
@@ -47,13 +45,3 @@ def compile_one(config, arch: str) -> float:
     start = time.perf_counter()
     compile_cache.get_compiled(arch, config, lambda: registry.compile_any(config, arch))
     return time.perf_counter() - start
-
-
-def config_from_json(text: str):
-    """A config from compile_cache.compile_ahead's JSON: its type's name and its fields."""
-    fields = json.loads(text)
-    return registry.config_types()[fields.pop("type")](**fields)
-
-
-if __name__ == "__main__":  # compile_cache.compile_ahead's worker: python -m flashcute.kernels.variants ARCH JSON
-    compile_one(config_from_json(sys.argv[2]), sys.argv[1])

@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 
 from flashcute.kernels.common import prepost
-from flashcute.kernels.common.prepost_config import bwd_post_config, bwd_pre_config
 from flashcute.kernels.launch import compiled, device_arch, dtype_name, run_on_device
 from flashcute.kernels.sm80.config import BwdConfig, DQConfig, FwdConfig, bwd_config, dq_config, fwd_config
 
@@ -109,13 +108,6 @@ def forward(q, k, v, out, lse, softmax_scale: float, diag_offset: int, window_le
 
 def supports_backward(head_dim: int, deterministic: bool) -> bool:
     return True
-
-
-def backward_configs(dtype: str, head_dim: int, window_left: int, window_right: int, deterministic: bool) -> list:
-    """The configs ``backward`` compiles for these (flashcute compiles them ahead, beside the forward's)."""
-    kernel = bwd_config(head_dim, dtype, window_left, window_right, deterministic=deterministic)
-    last = dq_config(head_dim, dtype, window_left, window_right) if deterministic else bwd_post_config(head_dim, dtype)
-    return [bwd_pre_config(head_dim, dtype, clear_dq_accum=not deterministic), kernel, last]
 
 
 def backward(

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 from flashcute.kernels.common import prepost
-from flashcute.kernels.common.prepost_config import bwd_post_config, bwd_pre_config
 from flashcute.kernels.launch import compiled, dtype_name, num_sms, run_on_device
 from flashcute.kernels.sm90.config import (
     Sm90BwdConfig,
@@ -140,12 +139,6 @@ def tile_counter(device: torch.device) -> torch.Tensor:
 
 def supports_backward(head_dim: int, deterministic: bool) -> bool:
     return not deterministic and sm90_bwd_supports(head_dim)
-
-
-def backward_configs(dtype: str, head_dim: int, window_left: int, window_right: int, deterministic: bool) -> list:
-    """The configs ``backward`` compiles for these (flashcute compiles them ahead, beside the forward's)."""
-    kernel = sm90_bwd_config(head_dim, dtype, window_left, window_right)
-    return [bwd_pre_config(head_dim, dtype), kernel, bwd_post_config(head_dim, dtype)]
 
 
 def backward(
