@@ -78,22 +78,25 @@ def test_a_malformed_try_is_an_argparse_error(capsys, text):
 
 
 def test_run_on_the_cpu_launches_each_candidate_through_the_familys_forward(monkeypatch, capsys, tmp_path):
-    """The whole of `tune` on CPU inputs, the sm80 family's forward a stand-in that takes 1.25 ms a call with the
-    heuristic's two K/V stages and 1 ms with one, the reference 2 ms."""
+    """The whole of `tune` on CPU inputs, the sm80 family's forward launcher a stand-in whose launches take 1.25 ms
+    a call with the heuristic's two K/V stages and 1 ms with one, the reference 2 ms."""
     family = registry.family("sm80")
     launched, compiled = [], []
 
-    def forward(q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, config):
-        assert (softmax_scale, diag_offset, window_left) == (q.shape[-1] ** -0.5, 0, -1)
-        launched.append(config)
-        out.copy_(attention_same_precision(q, k, v, causal=window_right == 0))
+    def forward_launcher(device, dtype, head_dim, window_left, window_right, config):
+        def launch(q, k, v, out, lse, softmax_scale, diag_offset):
+            assert (softmax_scale, diag_offset, window_left) == (q.shape[-1] ** -0.5, 0, -1)
+            launched.append(config)
+            out.copy_(attention_same_precision(q, k, v, causal=window_right == 0))
+
+        return launch
 
     def clock() -> float:
         ms = {2: 1.25, 1: 1.0}[launched[-1].num_stages] if launched else 2.0
         launched.clear()
         return ms
 
-    monkeypatch.setattr(family, "forward", forward)
+    monkeypatch.setattr(family, "forward_launcher", forward_launcher)
     monkeypatch.setattr(registry, "available", lambda device=None: ["sm80"])
     monkeypatch.setattr(launch, "device_arch", lambda device: "sm_80")
     monkeypatch.setattr(tune, "precompile", lambda configs, arch, jobs: compiled.extend((arch, c) for c in configs))

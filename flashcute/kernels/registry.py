@@ -3,8 +3,8 @@
 A family is a folder under kernels/ with a ``family`` module that provides NAME, ARCHS (the targets it is built for
 without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
 dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right)``
-(a ``launch(q, k, v, out, lse, softmax_scale, diag_offset)``), ``forward(...)``, ``supports_backward(head_dim,
-deterministic)`` and ``backward(...)``. Adding a family is one folder and one line in FAMILIES.
+(a ``launch(q, k, v, out, lse, softmax_scale, diag_offset)``), ``supports_backward(head_dim, deterministic)`` and
+``backward(...)``. Adding a family is one folder and one line in FAMILIES.
 """
 
 from __future__ import annotations
@@ -83,6 +83,17 @@ def forward_launcher(device: torch.device, dtype: str, head_dim: int, window_lef
         launch = pick(device, kernel)[0].forward_launcher(device, dtype, head_dim, window_left, window_right)
         _forward_launchers[key] = launch
     return launch
+
+
+def forward_once(
+    name: str, q, k, v, out, lse, softmax_scale: float, diag_offset: int, window_left: int, window_right: int, **how
+) -> None:
+    """One forward of family ``name`` into given outputs, through a launcher made for it alone (tests, tuning:
+    ``how`` takes the launcher's config, and for the Hopper family its grid)."""
+    from flashcute.kernels.launch import dtype_name
+
+    launch = family(name).forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, **how)
+    launch(q, k, v, out, lse, softmax_scale, diag_offset)
 
 
 def backward_family(device: torch.device, kernel: str | None, head_dim: int, deterministic: bool) -> ModuleType:

@@ -107,14 +107,18 @@ def config_backend(name: str, family, configs: dict):
     import torch
 
     from flashcute.bench.backends import Backend
+    from flashcute.kernels.launch import dtype_name
 
     def build(shape):
         config, window = configs[shape.group][name], WINDOWS[shape.causal]
+        launchers = {}
 
         def attention(q, k, v):
             out = torch.empty_like(q)
             lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
-            family.forward(q, k, v, out, lse, q.shape[-1] ** -0.5, 0, *window, config=config)
+            if not launchers:
+                launchers[0] = family.forward_launcher(q.device, dtype_name(q), q.shape[-1], *window, config=config)
+            launchers[0](q, k, v, out, lse, q.shape[-1] ** -0.5, 0)
             return out
 
         return attention

@@ -100,12 +100,6 @@ def forward_launcher(
     return launch
 
 
-def forward(q, k, v, out, lse, softmax_scale: float, diag_offset: int, window_left: int, window_right: int, **how):
-    """forward_launcher's launch for these tensors, once (``how``: its config)."""
-    launch = forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, **how)
-    launch(q, k, v, out, lse, softmax_scale, diag_offset)
-
-
 def supports_backward(head_dim: int, deterministic: bool) -> bool:
     return True
 

@@ -115,12 +115,6 @@ def forward_launcher(
     return launch
 
 
-def forward(q, k, v, out, lse, softmax_scale: float, diag_offset: int, window_left: int, window_right: int, **how):
-    """forward_launcher's launch for these tensors, once (``how``: its config and grid)."""
-    launch = forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, **how)
-    launch(q, k, v, out, lse, softmax_scale, diag_offset)
-
-
 _tile_counters: dict[tuple[int, int], torch.Tensor] = {}
 
 
