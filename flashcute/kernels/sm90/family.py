@@ -26,6 +26,7 @@ from flashcute.kernels.sm90.config import (
     sm90_fwd_config,
 )
 
+LOG2_E = math.log2(math.e)
 NAME = "sm90"
 ARCHS = ("sm_90a",)
 CONFIG_TYPES = (Sm90FwdConfig, Sm90BwdConfig)
@@ -131,6 +132,20 @@ def tile_counter(device: torch.device) -> torch.Tensor:
     return counter
 
 
+def padded_lse_log2(lse: torch.Tensor, rows: int) -> torch.Tensor:
+    """LSE * log2(e), (batch, nheads, rows) float32, as the Hopper backward reads it: +inf past seqlen_q and where a
+    row saw no key (LSE = -inf), so that its recomputed P is 0; NaN and +inf as they are. Two or three launches (a
+    multiply, -inf turned into +inf, the padding), where the same with ``torch.where`` took five."""
+    batch, nheads, seqlen_q = lse.shape
+    padded = torch.empty((batch, nheads, rows), dtype=torch.float32, device=lse.device)
+    rows_of_lse = padded[..., :seqlen_q]
+    torch.mul(lse, LOG2_E, out=rows_of_lse)
+    rows_of_lse.nan_to_num_(nan=math.nan, posinf=math.inf, neginf=math.inf)
+    if rows > seqlen_q:
+        padded[..., seqlen_q:] = math.inf
+    return padded
+
+
 def supports_backward(head_dim: int, deterministic: bool) -> bool:
     return not deterministic and sm90_bwd_supports(head_dim)
 
@@ -157,11 +172,11 @@ def backward(
     dq_accum = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     prepost.preprocess(dout, out, delta[..., :seqlen_q], dq_accum)
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
-    # past seqlen_q, and where a row saw no key (LSE = -inf): LSE * log2(e) = +inf, so P = 0; D = 0
-    delta[..., seqlen_q:] = 0.0
-    lse_log2 = torch.full((batch, nheads, rows), math.inf, dtype=torch.float32, device=q.device)
-    lse_log2[..., :seqlen_q] = torch.where(lse == -math.inf, math.inf, lse * math.log2(math.e))
+    if any(0 in t.stride() for t in (q, k, v, dout)):
+        q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
+    if rows > seqlen_q:
+        delta[..., seqlen_q:] = 0.0
+    lse_log2 = padded_lse_log2(lse, rows)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     tensors = (q, k, v, dout, lse_log2, delta, dq_accum, dk, dv)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars)
