@@ -141,18 +141,19 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
 
 
-def _backward_through(bwd):
-    """The backward formula of both doors, given how it reaches launch_bwd (the custom op, or directly)."""
+def _backward_through(bwd, options: int):
+    """The backward formula of both doors, given how it reaches launch_bwd (the custom op, or directly) and how
+    many arguments after q, k and v its forward takes (no gradient for them)."""
 
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = bwd(dout, q, k, v, out, lse, *ctx.scalars)
-        return dq, dk, dv, None, None, None, None, None, None
+        return dq, dk, dv, *(None,) * options
 
     return backward
 
 
-_fwd.register_autograd(_backward_through(_bwd), setup_context=_setup_context)
+_fwd.register_autograd(_backward_through(_bwd, 6), setup_context=_setup_context)
 
 # EAGER_NOTE: the custom op's dispatch costs several times an autograd.Function's host time a call
 # (docs/benchmarking.md, Host overhead), so eager calls take the autograd.Function, and torch.compile the op.
@@ -162,13 +163,14 @@ class FlashAttention(torch.autograd.Function):
     """flash_attn_func's eager door: the custom op's forward and backward without its dispatch (EAGER_NOTE)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel, deterministic):
-        inputs = (q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel, deterministic)
-        outputs = forward_outputs(*inputs[:-1])
-        _setup_context(ctx, inputs, outputs)
+    def forward(ctx, q, k, v, options):
+        """``options``: the custom op's arguments after v, in one tuple (apply looks at each argument it is given:
+        one tuple costs it less than six)."""
+        outputs = forward_outputs(q, k, v, *options[:-1])
+        _setup_context(ctx, (q, k, v, *options), outputs)
         return outputs
 
-    backward = staticmethod(_backward_through(launch_bwd))
+    backward = staticmethod(_backward_through(launch_bwd, 1))
 
 
 def flash_attn_func(
@@ -215,7 +217,7 @@ def flash_attn_func(
     if compiling:
         out, lse = _fwd(q, k, v, *options)
     elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        out, lse = FlashAttention.apply(q, k, v, *options)
+        out, lse = FlashAttention.apply(q, k, v, options)
     else:
         out, lse = forward_outputs(q, k, v, *plan.scalars)
     return (out, lse) if return_lse else out
