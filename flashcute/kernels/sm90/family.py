@@ -26,7 +26,6 @@ from flashcute.kernels.sm90.config import (
     sm90_fwd_config,
 )
 
-LOG2_E = math.log2(math.e)
 NAME = "sm90"
 ARCHS = ("sm_90a",)
 CONFIG_TYPES = (Sm90FwdConfig, Sm90BwdConfig)
@@ -80,7 +79,10 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
 
 def tma_addressable(t: torch.Tensor) -> torch.Tensor:
     """``t`` as a TMA tensor map can describe it: a broadcast dim (stride 0, size > 1) is materialized (a copy),
-    and a size-1 dim with stride 0 gets the contiguous stride (a view). Other layouts are returned as they are."""
+    and a size-1 dim with stride 0 gets the contiguous stride (a view). Other layouts are returned as they are
+    (the common case, and the one every launch asks first)."""
+    if 0 not in t.stride():
+        return t
     if any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape, strict=True)):
         t = t.contiguous()
     if 0 in t.stride():
@@ -107,8 +109,7 @@ def forward_launcher(
     max_grid = grid or num_sms(device)
 
     def launch(q, k, v, out, lse, softmax_scale: float, diag_offset: int) -> None:
-        if 0 in q.stride() or 0 in k.stride() or 0 in v.stride():
-            q, k, v = (tma_addressable(t) for t in (q, k, v))
+        q, k, v = tma_addressable(q), tma_addressable(k), tma_addressable(v)
         counter = tile_counter(device)
         scalars = (softmax_scale, diag_offset, window_left, window_right, max_grid)
         run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars)
@@ -139,7 +140,7 @@ def padded_lse_log2(lse: torch.Tensor, rows: int) -> torch.Tensor:
     batch, nheads, seqlen_q = lse.shape
     padded = torch.empty((batch, nheads, rows), dtype=torch.float32, device=lse.device)
     rows_of_lse = padded[..., :seqlen_q]
-    torch.mul(lse, LOG2_E, out=rows_of_lse)
+    torch.mul(lse, math.log2(math.e), out=rows_of_lse)
     rows_of_lse.nan_to_num_(nan=math.nan, posinf=math.inf, neginf=math.inf)
     if rows > seqlen_q:
         padded[..., seqlen_q:] = math.inf
@@ -172,8 +173,7 @@ def backward(
     dq_accum = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     prepost.preprocess(dout, out, delta[..., :seqlen_q], dq_accum)
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    if any(0 in t.stride() for t in (q, k, v, dout)):
-        q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
+    q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
     if rows > seqlen_q:
         delta[..., seqlen_q:] = 0.0
     lse_log2 = padded_lse_log2(lse, rows)
