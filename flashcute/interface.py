@@ -10,11 +10,20 @@ it calls the ``flashcute::fwd`` custom op, whose gradient ``flashcute::bwd`` is 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from flashcute.kernels import registry
 from flashcute.kernels.launch import dtype_name
-from flashcute.validation import AttentionArgs, validate_attention_args, validate_cuda_inputs, validate_pointers
+from flashcute.validation import (
+    AttentionArgs,
+    validate_attention_args,
+    validate_cuda_inputs,
+    validate_pointers,
+    validate_varlen_args,
+    validate_varlen_values,
+)
 
 
 def available_kernels(device: torch.device | None = None) -> list[str]:
@@ -296,3 +305,275 @@ def _plan(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, ke
     restrides = any(new is not old for new, old in zip(ready, (q, k, v), strict=True))
     scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args), kernel or "auto")
     return CallPlan(args, scalars, restrides, casts)
+
+
+# ---- packed variable-length batches ---------------------------------------------------------------------------
+
+
+def varlen_outputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    seqused_q: torch.Tensor | None,
+    seqused_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    window_left: int,
+    window_right: int,
+    kernel: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (total_q, nheads, headdim), lse (nheads, total_q)) of a packed batch (validated inputs only). Rows that
+    no sequence counts (past seqused_q) are O = 0, LSE = -inf, as are rows whose sequence has no key."""
+    total_q, nheads, _ = q.shape
+    skipped = seqused_q is not None
+    out = (torch.zeros if skipped else torch.empty)(q.shape, dtype=q.dtype, device=q.device)
+    lse = (torch.full if skipped else torch.empty)(
+        (nheads, total_q), *((-math.inf,) if skipped else ()), dtype=torch.float32, device=q.device
+    )
+    if total_q == 0 or cu_seqlens_q.shape[0] == 1 or max_seqlen_q == 0:
+        return out, lse
+    if k.shape[0] == 0 or max_seqlen_k == 0:  # no sequence has a key
+        return out.zero_(), lse.fill_(-math.inf)
+    launch = registry.forward_launcher(
+        q.device, dtype_name(q), q.shape[-1], window_left, window_right, None if kernel == "auto" else kernel, True
+    )
+    validate_pointers(q=q, k=k, v=v)
+    packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
+    launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed)
+    return out, lse
+
+
+def _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) -> tuple:
+    """The kernels' packed-batch arguments (kernels/common/seqlen.py): cu_seqlens[1:] stands for a seqused not
+    given."""
+    used_q = cu_seqlens_q[1:] if seqused_q is None else seqused_q
+    used_k = cu_seqlens_k[1:] if seqused_k is None else seqused_k
+    return (cu_seqlens_q, cu_seqlens_k, used_q, used_k, max_seqlen_q, max_seqlen_k)
+
+
+def launch_varlen_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    seqused_q: torch.Tensor | None,
+    seqused_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+    kernel: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward of a packed batch: (dq, dk, dv) shaped like q, k, v; rows outside every sequence get 0."""
+    if q.shape[0] == 0 or k.shape[0] == 0 or cu_seqlens_q.shape[0] == 1 or 0 in (max_seqlen_q, max_seqlen_k):
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
+        dout = dout.contiguous()
+    name = None if kernel == "auto" else kernel
+    family = registry.backward_family(q.device, name, q.shape[-1], deterministic, packed=True)
+    validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
+    packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
+    tensors = (t[None] for t in (dout, q, k, v, out, lse))
+    grads = family.backward(*tensors, softmax_scale, 0, window_left, window_right, deterministic, packed)
+    return tuple(g[0] for g in grads)
+
+
+@torch.library.custom_op("flashcute::varlen_fwd", mutates_args=())
+def _varlen_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    seqused_q: torch.Tensor | None,
+    seqused_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    window_left: int,
+    window_right: int,
+    kernel: str,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return varlen_outputs(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        seqused_q,
+        seqused_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        window_left,
+        window_right,
+        kernel,
+    )
+
+
+@_varlen_fwd.register_fake
+def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, *options):
+    total_q, nheads, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((nheads, total_q), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashcute::varlen_bwd", mutates_args=())
+def _varlen_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    seqused_q: torch.Tensor | None,
+    seqused_k: torch.Tensor | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+    kernel: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return launch_varlen_bwd(
+        dout,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        seqused_q,
+        seqused_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        window_left,
+        window_right,
+        deterministic,
+        kernel,
+    )
+
+
+@_varlen_bwd.register_fake
+def _varlen_bwd_fake(dout, q, k, v, *rest):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _varlen_setup_context(ctx, inputs, output) -> None:
+    q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, scale, left, right, kernel, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
+    ctx.scalars = (max_q, max_k, scale, left, right, deterministic, kernel)
+    ctx.mark_non_differentiable(lse)
+
+
+def _varlen_backward_through(bwd, options: int):
+    """The backward formula of both varlen doors (as _backward_through)."""
+
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
+        dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, *ctx.scalars)
+        return dq, dk, dv, *(None,) * options
+
+    return backward
+
+
+_varlen_fwd.register_autograd(_varlen_backward_through(_varlen_bwd, 11), setup_context=_varlen_setup_context)
+
+
+class FlashAttentionVarlen(torch.autograd.Function):
+    """flash_attn_varlen_func's eager door (EAGER_NOTE)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sequences, options):
+        """``sequences``: (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k); ``options``: the custom op's
+        arguments after them."""
+        outputs = varlen_outputs(q, k, v, *sequences, *options[:-1])
+        _varlen_setup_context(ctx, (q, k, v, *sequences, *options), outputs)
+        return outputs
+
+    backward = staticmethod(_varlen_backward_through(launch_varlen_bwd, 2))
+
+
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    deterministic: bool = False,
+    return_lse: bool = False,
+    seqused_q: torch.Tensor | None = None,
+    seqused_k: torch.Tensor | None = None,
+    validate: bool = False,
+    kernel: str | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Exact attention over a packed batch of variable-length sequences, flash_attn's conventions; differentiable
+    in q, k and v.
+
+    q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim), nheads % nheads_k == 0. Sequence b is rows
+    cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b + 1] of k and v (int32
+    (batch + 1,) tensors on q's device, starting at 0); seqused_q / seqused_k (batch,) int32 limit each to its
+    first tokens. max_seqlen_q / max_seqlen_k must be at least every sequence's length (they size the launch).
+    Sequences of length 0 are allowed anywhere. causal, window_size and softmax_scale as in flash_attn_func, with
+    each sequence's diagonal aligned bottom-right (key j of a sequence is aligned with its query
+    i + seqlen_k - seqlen_q). Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q)
+    float32; rows past a seqused_q get O = 0 and LSE = -inf. ``validate=True`` also checks the sequence tensors'
+    values (a host sync: off by default so that the call stays asynchronous and graph-capturable).
+    """
+    args = validate_varlen_args(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        seqused_q,
+        seqused_k,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+    )
+    for name, flag in (("deterministic", deterministic), ("return_lse", return_lse), ("validate", validate)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {flag!r}")
+    if kernel is not None and not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a str or None, got {kernel!r}")
+    if q.dtype == torch.float32 and q.is_cuda and torch.is_autocast_enabled("cuda"):
+        q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))
+    q, k, v = (t[0] for t in validate_cuda_inputs(q[None], k[None], v[None], args))
+    if validate:
+        validate_varlen_values(args, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    span = args.max_seqlen_q + args.max_seqlen_k  # a window side this wide hides no key (kernel_window)
+    window = tuple(-1 if side >= span else side for side in (args.window_left, args.window_right))
+    sequences = (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    options = (args.max_seqlen_q, args.max_seqlen_k, args.softmax_scale, *window, kernel or "auto", deterministic)
+    if torch.compiler.is_compiling():
+        out, lse = _varlen_fwd(q, k, v, *sequences, *options)
+    elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, lse = FlashAttentionVarlen.apply(q, k, v, sequences, options)
+    else:
+        out, lse = varlen_outputs(q, k, v, *sequences, *options[:-1])
+    return (out, lse) if return_lse else out

@@ -20,6 +20,7 @@ causal=True is window_right = 0 (window_left is kept as given), exactly as in fl
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from dataclasses import dataclass
@@ -96,6 +97,163 @@ def validate_attention_args(
         window_right=0 if causal else window_right,
         softcap=_check_softcap(softcap),
     )
+
+
+@dataclass(frozen=True)
+class VarlenArgs:
+    """Validated, resolved arguments of a packed variable-length batch (flash_attn_varlen_func).
+
+    Sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, its keys the same rows of k and v
+    by cu_seqlens_k; only the first seqused_q[b] / seqused_k[b] of them count where those are given. Masks align
+    each sequence's diagonal bottom-right (flash_attn's convention): offset = its seqlen_k - its seqlen_q.
+    """
+
+    batch: int
+    total_q: int
+    total_k: int
+    max_seqlen_q: int
+    max_seqlen_k: int
+    nheads: int
+    nheads_k: int
+    headdim: int
+    softmax_scale: float
+    causal: bool
+    window_left: int
+    window_right: int
+    softcap: float
+
+
+VARLEN_Q_DIMS = ("total_q", "nheads", "headdim")
+VARLEN_KV_DIMS = ("total_k", "nheads_k", "headdim")
+
+
+def validate_varlen_args(
+    q: Any,
+    k: Any,
+    v: Any,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    max_seqlen_q: Any,
+    max_seqlen_k: Any,
+    seqused_q: Any = None,
+    seqused_k: Any = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> VarlenArgs:
+    """Check a packed batch's shapes, sequence tensors and options without reading device memory (no host sync);
+    `validate_varlen_values` checks the values of the sequence tensors. Raises TypeError / ValueError naming the
+    argument, the value given and what is allowed."""
+    total_q, nheads, headdim = _packed_shape("q", q, VARLEN_Q_DIMS)
+    total_k, nheads_k, _ = k_shape = _packed_shape("k", k, VARLEN_KV_DIMS)
+    v_shape = _packed_shape("v", v, VARLEN_KV_DIMS)
+    if v_shape != k_shape:
+        raise ValueError(f"v must have the same shape as k, {k_shape}, got shape {v_shape}")
+    if k_shape[2] != headdim:
+        raise ValueError(f"k headdim (k.shape[2]) must equal q's ({headdim}), got {k_shape[2]}")
+    if nheads % nheads_k != 0:
+        raise ValueError(
+            f"k nheads_k (k.shape[1]) must divide q's nheads ({nheads}) for grouped-query attention, got {nheads_k}"
+        )
+    batch = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q)
+    if _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q) != batch:
+        raise ValueError(
+            f"cu_seqlens_k must have as many entries as cu_seqlens_q ({batch + 1}), got {tuple(cu_seqlens_k.shape)}"
+        )
+    for name, used in (("seqused_q", seqused_q), ("seqused_k", seqused_k)):
+        if used is not None:
+            _check_int32_vector(name, used, q, batch, "(batch,)")
+    window_left, window_right = _check_window(window_size)
+    return VarlenArgs(
+        batch=batch,
+        total_q=total_q,
+        total_k=total_k,
+        max_seqlen_q=_check_max_seqlen("max_seqlen_q", max_seqlen_q),
+        max_seqlen_k=_check_max_seqlen("max_seqlen_k", max_seqlen_k),
+        nheads=nheads,
+        nheads_k=nheads_k,
+        headdim=headdim,
+        softmax_scale=_check_scale(softmax_scale, headdim),
+        causal=_check_causal(causal),
+        window_left=window_left,
+        window_right=0 if causal else window_right,
+        softcap=_check_softcap(softcap),
+    )
+
+
+def validate_varlen_values(args: VarlenArgs, cu_seqlens_q: Any, cu_seqlens_k: Any, seqused_q: Any, seqused_k: Any):
+    """The checks that read the sequence tensors (one host sync): cu_seqlens start at 0, never decrease and end at
+    the packed tensors' totals; seqused within each sequence; max_seqlen at least every length that counts."""
+    for name, cu, total, used, used_name, longest, longest_name in (
+        ("cu_seqlens_q", cu_seqlens_q, args.total_q, seqused_q, "seqused_q", args.max_seqlen_q, "max_seqlen_q"),
+        ("cu_seqlens_k", cu_seqlens_k, args.total_k, seqused_k, "seqused_k", args.max_seqlen_k, "max_seqlen_k"),
+    ):
+        values = cu.tolist()
+        if values[0] != 0:
+            raise ValueError(f"{name}[0] must be 0, got {values[0]}")
+        lengths = [end - start for start, end in itertools.pairwise(values)]
+        if min(lengths, default=0) < 0:
+            b = next(b for b, n in enumerate(lengths) if n < 0)
+            raise ValueError(
+                f"{name} must not decrease, got {name}[{b}] = {values[b]} > {name}[{b + 1}] = {values[b + 1]}"
+            )
+        if values[-1] != total:
+            raise ValueError(f"{name}[-1] ({values[-1]}) must equal the packed tensor's total rows ({total})")
+        if used is not None:
+            counted = used.tolist()
+            for b, (n, u) in enumerate(zip(lengths, counted, strict=True)):
+                if not 0 <= u <= n:
+                    raise ValueError(f"{used_name}[{b}] must be in [0, {n}] (its sequence's length), got {u}")
+            lengths = counted
+        if max(lengths, default=0) > longest:
+            b = lengths.index(max(lengths))
+            raise ValueError(f"{longest_name} ({longest}) is smaller than sequence {b}'s length {lengths[b]}")
+
+
+def _packed_shape(name: str, x: Any, dims: tuple[str, ...]) -> tuple[int, ...]:
+    if not hasattr(x, "shape"):
+        raise TypeError(f"{name} must be a tensor ({', '.join(dims)}), got {type(x).__name__}")
+    shape = tuple(int(size) for size in x.shape)
+    if len(shape) != len(dims):
+        layout = f"({', '.join(dims)})"
+        raise ValueError(f"{name} must have 3 dimensions {layout}, got shape {shape} ({len(shape)} dimensions)")
+    if min(shape[1:]) < 1:
+        dim = 1 if shape[1] < 1 else 2
+        raise ValueError(f"{name}.shape[{dim}] ({dims[dim]}) must be >= 1, got {shape[dim]}")
+    return shape
+
+
+def _check_int32_vector(name: str, t: Any, q: Any, size: int | None, layout: str) -> int:
+    """``t``'s length, after checking it is a contiguous int32 vector on q's device of ``size`` entries (None: at
+    least one)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor {layout}, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype int32, got {t.dtype}")
+    if t.device != q.device:
+        raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
+    if t.dim() != 1 or (t.shape[0] != size if size is not None else t.shape[0] < 1):
+        wanted = f"{layout} = ({size},)" if size is not None else f"{layout} with at least one entry"
+        raise ValueError(f"{name} must have shape {wanted}, got {tuple(t.shape)}")
+    if t.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")
+    return t.shape[0]
+
+
+def _check_cu_seqlens(name: str, t: Any, q: Any) -> int:
+    """The batch size that ``t`` (batch + 1,) describes."""
+    return _check_int32_vector(name, t, q, None, "(batch + 1,)") - 1
+
+
+def _check_max_seqlen(name: str, value: Any) -> int:
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int >= 0, got {value!r} ({type(value).__name__})")
+    if value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return int(value)
 
 
 def validate_tile_sizes(block_m: Any, block_n: Any) -> None:

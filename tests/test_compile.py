@@ -28,7 +28,7 @@ import pytest
 
 from flashcute import compile_cache
 from flashcute.kernels import registry
-from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS
+from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, in_packed_sample
 from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig
 from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants
 from flashcute.kernels.sm80.config import BwdConfig
@@ -42,14 +42,15 @@ PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for t
 
 
 def full_matrix() -> list[tuple[object, str]]:
-    """Every (config, target): the heuristics' picks exact at every bucket and padded at PADDED_BUCKET, the
-    alternative tiles with E in place of S, and E in place of S at D=256 without a mask."""
+    """Every (config, target): the heuristics' picks exact at every bucket and padded at PADDED_BUCKET (packed
+    variable-length variants: a sample, in_packed_sample), the alternative tiles with E in place of S, and E in place of S at D=256 without a mask."""
     variants = []
     for arch in ARCHS:
         exact = registry.variants(arch, exact_only=True)
         padded = registry.variants(arch, buckets=(PADDED_BUCKET,))
         for name in exact:
-            variants += [(c, arch) for c in (*exact[name], *padded[name])]
+            configs = (*exact[name], *padded[name])
+            variants += [(c, arch) for c in configs if not name.endswith("-packed") or in_packed_sample(c)]
     in_place = [c for c in alternative_tile_variants("sm90") if c.exp_in_place]
     in_place += [dataclasses.replace(sm90_fwd_config(256, dtype), exp_in_place=True) for dtype in DTYPES]
     variants += [(c, "sm_90a") for c in in_place]
@@ -331,8 +332,11 @@ def test_sass_holds_the_algorithms_instructions(reports, config, arch: str):
             assert report.count(opcode) == 0, f"{opcode} in a kernel that streams through registers"
         return
     if isinstance(config, Sm90FwdConfig):
-        for opcode in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "MUFU.EX2"):
+        for opcode in ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "MUFU.EX2"):
             assert report.count(opcode) > 0, f"no {opcode} in the SASS"
+        # O leaves by TMA stores, or in a packed batch by 16-byte stores that stop at the sequence's end
+        assert (report.count("UTMASTG") > 0) != config.packed, report.opcodes
+        assert (report.count("STG.E.128") > 0) == config.packed, report.opcodes
         for opcode in ("HMMA", "LDGSTS"):
             assert report.count(opcode) == 0, f"{opcode} in the Hopper kernel's SASS"
         # claimed tiles: one atomic add on the counter per tile the producer warp claims

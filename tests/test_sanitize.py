@@ -39,12 +39,12 @@ def test_cases_reach_every_kind_of_kernel_of_each_family(name, deterministic):
     in each dQ mode it covers at some head dim (atomic dQ with the postprocess; the deterministic dQ kernel), takes
     some case; the preprocess runs before either."""
     family = registry.family(name)
-    if not any(family.supports_backward(bucket, deterministic) for bucket in HEAD_DIM_BUCKETS):
+    if not any(family.supports_backward(bucket, deterministic, False) for bucket in HEAD_DIM_BUCKETS):
         pytest.skip(f"{name} has no backward in this mode (the next family takes it)")
     assert any(
         case.backward
         and case.deterministic == deterministic
-        and family.supports_backward(case.sizes[-1], deterministic)
+        and family.supports_backward(case.sizes[-1], deterministic, False)
         for case in CASES
     )
 

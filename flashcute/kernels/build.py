@@ -66,6 +66,18 @@ class SymbolicProblem:
 
         return cute.runtime.make_fake_tensor(cutlass.Int32, (2,), stride=(1,), assumed_align=8)
 
+    def packed_batch(self) -> tuple:
+        """A packed variable-length batch's arguments (kernels/common/seqlen.py): cu_seqlens_q and cu_seqlens_k
+        (batch + 1,) int32, seqused_q and seqused_k (batch,) int32 (views into a cu_seqlens where the caller gives
+        none: 4-byte aligned), and max_seqlen_q, max_seqlen_k."""
+        import cutlass
+        import cutlass.cute as cute
+
+        def vector():
+            return cute.runtime.make_fake_tensor(cutlass.Int32, (cute.sym_int(),), stride=(1,), assumed_align=4)
+
+        return (vector(), vector(), vector(), vector(), cutlass.Int32(0), cutlass.Int32(0))
+
     def padded_row_stats(self):
         """(batch, nheads, seqlen_q rounded up to a Q tile) float32, 16-byte aligned rows: the Hopper backward's
         LSE * log2(e) and D, which it reads a tile at a time with bulk copies."""
@@ -77,10 +89,14 @@ class SymbolicProblem:
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=16)
 
 
-def compile_kernel(kernel, config, arch: str, dump_dir: Path | None, *tensors, scalars: tuple = ATTENTION_SCALARS):
+def compile_kernel(
+    kernel, config, arch: str, dump_dir: Path | None, *tensors, scalars: tuple = ATTENTION_SCALARS, after: tuple = ()
+):
     """Check ``config`` with the kernel's ``can_implement`` and compile ``kernel`` (built from ``config``) against
     ``tensors``, then ``scalars`` (by default the attention kernels' softmax_scale, diag_offset, window_left,
-    window_right) and the caller's current stream."""
+    window_right), the caller's current stream, and ``after`` (the optional arguments behind the stream: a packed
+    batch's, SymbolicProblem.packed_batch). The compiled function takes every argument but the stream, in order;
+    optional ones left out at compile time are None at every call."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass.cute as cute
 
@@ -92,4 +108,4 @@ def compile_kernel(kernel, config, arch: str, dump_dir: Path | None, *tensors, s
         dump_dir.mkdir(parents=True, exist_ok=True)
         options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute.compile(kernel, *tensors, *scalars, stream, options=options)
+    return cute.compile(kernel, *tensors, *scalars, stream, *after, options=options)

@@ -56,6 +56,11 @@ def compiled(config, device: torch.device, compile: Callable) -> Callable:
     return compile_cache.get_compiled(arch, config, functools.partial(compile, config, arch))
 
 
+# The packed-batch arguments (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) of a
+# dense call: every attention kernel takes them behind its other arguments (kernels/common/seqlen.py).
+DENSE = (None,) * 6
+
+
 def run_on_device(device: torch.device, kernel: Callable, *args) -> None:
     """Call a compiled kernel with ``device`` current: TVM-FFI launches on the current device's current stream."""
     if device.index == torch._C._cuda_getDevice():  # (torch.cuda.current_device() without its checks)

@@ -2,9 +2,9 @@
 
 A family is a folder under kernels/ with a ``family`` module that provides NAME, ARCHS (the targets it is built for
 without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
-dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right)``
-(a ``launch(q, k, v, out, lse, softmax_scale, diag_offset)``), ``supports_backward(head_dim, deterministic)`` and
-``backward(...)``. Adding a family is one folder and one line in FAMILIES.
+dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right,
+packed)`` (a ``launch(q, k, v, out, lse, softmax_scale, diag_offset[, packed_args])``), ``supports_backward(head_dim,
+deterministic, packed)`` and ``backward(...)``. Adding a family is one folder and one line in FAMILIES.
 """
 
 from __future__ import annotations
@@ -75,12 +75,21 @@ _forward_launchers: dict[tuple, object] = {}
 _backward_families: dict[tuple, ModuleType] = {}
 
 
-def forward_launcher(device: torch.device, dtype: str, head_dim: int, window_left: int, window_right: int, kernel):
+def forward_launcher(
+    device: torch.device,
+    dtype: str,
+    head_dim: int,
+    window_left: int,
+    window_right: int,
+    kernel: str | None,
+    packed: bool = False,
+):
     """The first family's (from ``kernel`` on; None: the fastest) ``forward_launcher`` for these, made once."""
-    key = (device, dtype, head_dim, window_left, window_right, kernel)
+    key = (device, dtype, head_dim, window_left, window_right, kernel, packed)
     launch = _forward_launchers.get(key)
     if launch is None:
-        launch = pick(device, kernel)[0].forward_launcher(device, dtype, head_dim, window_left, window_right)
+        family = pick(device, kernel)[0]
+        launch = family.forward_launcher(device, dtype, head_dim, window_left, window_right, packed)
         _forward_launchers[key] = launch
     return launch
 
@@ -96,12 +105,14 @@ def forward_once(
     launch(q, k, v, out, lse, softmax_scale, diag_offset)
 
 
-def backward_family(device: torch.device, kernel: str | None, head_dim: int, deterministic: bool) -> ModuleType:
-    """The first family from ``kernel`` on whose backward covers this head dim and mode."""
-    key = (device, kernel, head_dim, deterministic)
+def backward_family(
+    device: torch.device, kernel: str | None, head_dim: int, deterministic: bool, packed: bool = False
+) -> ModuleType:
+    """The first family from ``kernel`` on whose backward covers this head dim, mode and batch layout."""
+    key = (device, kernel, head_dim, deterministic, packed)
     found = _backward_families.get(key)
     if found is None:
-        found = next(f for f in pick(device, kernel) if f.supports_backward(head_dim, deterministic))
+        found = next(f for f in pick(device, kernel) if f.supports_backward(head_dim, deterministic, packed))
         _backward_families[key] = found
     return found
 

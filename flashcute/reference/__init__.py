@@ -1,7 +1,7 @@
-"""CPU references: `attention_ref` (float64, the specification), `attention_same_precision` (the error budget's
-baseline) and `tiled_attention` (the kernel's block algorithm)."""
+"""CPU references: `attention_ref` (float64, the specification; `attention_varlen_ref` for packed batches),
+`attention_same_precision` (the error budget's baseline) and `tiled_attention` (the kernel's block algorithm)."""
 
-from flashcute.reference.naive import attention_ref, attention_same_precision, visibility_mask
+from flashcute.reference.naive import attention_ref, attention_same_precision, attention_varlen_ref, visibility_mask
 from flashcute.reference.tiled import BlockTrace, InexactError, RoundTrace, TiledResult, tiled_attention
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "TiledResult",
     "attention_ref",
     "attention_same_precision",
+    "attention_varlen_ref",
     "tiled_attention",
     "visibility_mask",
 ]

@@ -63,6 +63,41 @@ def attention_ref(
     return (out, lse) if return_lse else out
 
 
+def attention_varlen_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    seqused_q: torch.Tensor | None = None,
+    seqused_k: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`attention_ref` over a packed batch of variable-length sequences (flash_attn_varlen_func's layout), one
+    sequence at a time: q (total_q, nheads, headdim), k and v (total_k, nheads_k, headdim), sequence b's rows
+    cu_seqlens[b] .. cu_seqlens[b + 1], the first seqused[b] of them where given; each sequence's mask aligned
+    bottom-right. Rows outside every counted range, and rows whose sequence has no key, get O = 0 and LSE = -inf.
+    Returns out (total_q, nheads, headdim) float64 and, with return_lse, lse (nheads, total_q) float64."""
+    out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    lse = torch.full((q.shape[1], q.shape[0]), -math.inf, dtype=torch.float64, device=q.device)
+    starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(len(starts_q) - 1):
+        rows_q = starts_q[b + 1] - starts_q[b] if seqused_q is None else int(seqused_q[b])
+        rows_k = starts_k[b + 1] - starts_k[b] if seqused_k is None else int(seqused_k[b])
+        if rows_q == 0 or rows_k == 0:
+            continue
+        sq, sk = slice(starts_q[b], starts_q[b] + rows_q), slice(starts_k[b], starts_k[b] + rows_k)
+        o, row_lse = attention_ref(
+            q[None, sq], k[None, sk], v[None, sk], softmax_scale, causal, "bottom_right", window_size, softcap, True
+        )
+        out[sq], lse[:, sq] = o[0], row_lse[0]
+    return (out, lse) if return_lse else out
+
+
 def attention_same_precision(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fwd,bwd (default: both)",
     )
     parser.add_argument("--deterministic", action="store_true", help="also the deterministic backward's kernels")
+    parser.add_argument(
+        "--packed",
+        action="store_true",
+        help="also the kernels of packed variable-length batches (flash_attn_varlen_func)",
+    )
     parser.add_argument("--all", action="store_true", help="every variant of every family the target runs")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles (default: cores)")
     parser.add_argument("--dry-run", action="store_true", help="list the variants, compile nothing")
@@ -70,7 +75,10 @@ def chosen_variants(args: argparse.Namespace, arch: str) -> list:
     kinds = {"fwd"} if "fwd" in args.passes else set()
     if "bwd" in args.passes:
         kinds |= {"bwd", "dq", "bwd-deterministic"} if args.deterministic else {"bwd"}
-    configs = [c for name in families for kind in kinds for c in groups.get(f"{name}-{kind}", [])]
+    layouts = ("", "-packed") if args.packed else ("",)
+    configs = [
+        c for name in families for kind in kinds for end in layouts for c in groups.get(f"{name}-{kind}{end}", [])
+    ]
     if "bwd" in args.passes:  # the preprocess that leaves dQaccum alone serves the deterministic backward only
         unused = (c for c in groups["prepost"] if isinstance(c, BwdPreConfig) and not c.clear_dq_accum)
         configs += [c for c in groups["prepost"] if args.deterministic or c not in set(unused)]

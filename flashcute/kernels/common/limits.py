@@ -56,8 +56,11 @@ def mask_label(config) -> str:
 
 
 def attention_label(config, prefix: str, tiles: str) -> str:
-    """The label of an attention kernel's config: "<prefix>-<dtype>-<head dim>-<tiles>-<mask>" (no prefix: no dash)."""
-    return f"{prefix + '-' if prefix else ''}{config.dtype}-{head_dim_label(config)}-{tiles}-{mask_label(config)}"
+    """The label of an attention kernel's config: "<prefix>-<dtype>-<head dim>-<tiles>-<mask>" (no prefix: no dash),
+    "-packed" appended for a kernel of packed variable-length batches."""
+    packed = "-packed" if config.packed else ""
+    head = f"{prefix + '-' if prefix else ''}{config.dtype}-{head_dim_label(config)}"
+    return f"{head}-{tiles}-{mask_label(config)}{packed}"
 
 
 def rows_per_copy(head_dim_padded: int, num_threads: int) -> int:
@@ -79,3 +82,13 @@ def streaming_limits(config, num_threads: int) -> str | None:
     if config.block_m % rows != 0:
         return f"block_m={config.block_m} is not a multiple of {rows} rows (one pass of the tiled copy)"
     return None
+
+
+def in_packed_sample(config) -> bool:
+    """Whether the compile tests and ``warmup --all`` build this packed variable-length variant: every bucket and
+    mask, the dtypes taken in turn. Packing changes only where a tile's rows are (kernels/common/seqlen.py), not
+    the tiles, so a sample covers it without doubling the variant matrix."""
+    pair = HEAD_DIM_BUCKETS.index(config.head_dim_padded) + list(MASK_NAMES).index(
+        (config.mask_right, config.mask_left)
+    )
+    return DTYPES.index(config.dtype) == pair % len(DTYPES)

@@ -1,5 +1,7 @@
 """Step 4: set masked scores to -inf (only on the tiles TileInfo.masked_runs marks; the rest skip this)."""
 
+import copy
+
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
@@ -37,6 +39,12 @@ class AttentionMask:
         coords = cute.make_identity_tensor((mma_rows or tile_info.block_m, tile_info.block_n))
         self.tScS = acc_rows_cols(thr_mma.partition_C(coords))
         self.t0ScS = acc_rows_cols(thr0_mma.partition_C(coords))
+
+    def with_tile_info(self, tile_info: TileInfo) -> "AttentionMask":
+        """The same mask for another tile's bounds (a packed batch's sequences each have their own)."""
+        other = copy.copy(self)
+        other.tile_info = tile_info
+        return other
 
     @cute.jit
     def apply_mask(self, acc_S: cute.Tensor, m_block: Int32, n_block: Int32, mask_rows: cutlass.Constexpr[bool]):

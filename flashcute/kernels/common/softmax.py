@@ -310,15 +310,14 @@ def softmax_grad_t(acc_Pt: cute.Tensor, acc_dPt: cute.Tensor, sD: cute.Tensor, t
 
 @cute.jit
 def load_row_stats(
-    mLSE: cute.Tensor,
-    mD: cute.Tensor,
-    batch_idx: Int32,
-    head_idx: Int32,
+    gLSE: cute.Tensor,
+    gD: cute.Tensor,
     tScS: cute.Tensor,
     row_offset: Int32,
     seqlen_q: Int32,
 ):
-    """Backward: (LSE * log2 e, D) for the rows of a score fragment whose (row, col) view is ``tScS``.
+    """Backward: (LSE * log2 e, D) for the rows of a score fragment whose (row, col) view is ``tScS``, from one
+    (batch, head)'s (seqlen_q,) rows of LSE and D.
 
     Rows past seqlen_q, and rows that saw no key in the forward (LSE = -inf), get LSE * log2 e = +inf, so their
     recomputed P is 0; their D is 0.
@@ -330,9 +329,9 @@ def load_row_stats(
         lse_log2[r] = Float32.inf
         d_row[r] = Float32(0.0)
         if row < seqlen_q:
-            lse = mLSE[batch_idx, head_idx, row]
+            lse = gLSE[row]
             lse_log2[r] = Float32.inf if lse == -Float32.inf else lse * LOG2_E
-            d_row[r] = mD[batch_idx, head_idx, row]
+            d_row[r] = gD[row]
     return lse_log2, d_row
 
 

@@ -39,6 +39,7 @@ from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_ss
 from flashcute.kernels.common.layout import acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
+from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softmax import LOG2_E, d_rows, lse_log2_rows, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import BwdConfig
@@ -122,6 +123,12 @@ class FlashAttentionBackwardSm80:
         window_left: Int32,
         window_right: Int32,
         stream: cuda.CUstream,
+        mCuSeqlensQ: cute.Tensor | None = None,  # packed batches (common/seqlen.py)
+        mCuSeqlensK: cute.Tensor | None = None,
+        mSeqUsedQ: cute.Tensor | None = None,
+        mSeqUsedK: cute.Tensor | None = None,
+        max_seqlen_q: Int32 | None = None,
+        max_seqlen_k: Int32 | None = None,
     ):
         cfg = self.config
         atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
@@ -152,7 +159,10 @@ class FlashAttentionBackwardSm80:
         gmem_tiled_copy_store = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False)
         gmem_tiled_copy_stats = gcopy.make_row_stats_copy(self.block_m)
 
-        num_n_blocks = cute.ceil_div(mK.shape[1], self.block_n)
+        batch, seqlen_k = mK.shape[0], mK.shape[1]
+        if cutlass.const_expr(mCuSeqlensQ is not None):
+            batch, seqlen_k = mSeqUsedK.shape[0], max_seqlen_k
+        num_n_blocks = cute.ceil_div(seqlen_k, self.block_n)
         self.kernel(
             mQ,
             mK,
@@ -163,6 +173,10 @@ class FlashAttentionBackwardSm80:
             mdQaccum,
             mdK,
             mdV,
+            mCuSeqlensQ,
+            mCuSeqlensK,
+            mSeqUsedQ,
+            mSeqUsedK,
             softmax_scale,
             diag_offset,
             window_left,
@@ -180,7 +194,7 @@ class FlashAttentionBackwardSm80:
             tiled_mma_dq,
             SharedStorage,
         ).launch(
-            grid=[num_n_blocks * mK.shape[2] * mK.shape[0], 1, 1],
+            grid=[num_n_blocks * mK.shape[2] * batch, 1, 1],
             block=[self.num_threads, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
@@ -199,6 +213,10 @@ class FlashAttentionBackwardSm80:
         mdQaccum: cute.Tensor | None,
         mdK: cute.Tensor,
         mdV: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor | None,
+        mCuSeqlensK: cute.Tensor | None,
+        mSeqUsedQ: cute.Tensor | None,
+        mSeqUsedK: cute.Tensor | None,
         softmax_scale: Float32,
         diag_offset: Int32,
         window_left: Int32,
@@ -226,18 +244,21 @@ class FlashAttentionBackwardSm80:
         kv_head_idx = (bidx // num_n_blocks) % nheads_k
         batch_idx = bidx // num_n_blocks // nheads_k
         qheads_per_kvhead = mQ.shape[2] // nheads_k
-        seqlen_q = mQ.shape[1]
-        seqlen_k = mK.shape[1]
+        seq = SeqLens(batch_idx, mQ.shape[1], mK.shape[1], diag_offset, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK)
+        seqlen_q, seqlen_k = seq.seqlen_q, seq.seqlen_k
         head_dim = mQ.shape[3]
         check_hdim = not cfg.exact_head_dim
-        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
+        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, seq.diag_offset, window_left, window_right)
         m_block_min, m_block_max = tile_info.m_block_range(n_block)
+        if cutlass.const_expr(seq.packed):  # noqa: SIM102 (a compile-time test around a run-time one)
+            if n_block * self.block_n >= seqlen_k:  # past a shorter sequence's end: no keys, no Q tile to walk
+                m_block_max = m_block_min
         scale_log2 = softmax_scale * LOG2_E
 
         tile_q = (self.block_m, self.head_dim_padded)
         tile_kv = (self.block_n, self.head_dim_padded)
-        gK = cute.local_tile(mK[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
-        gV = cute.local_tile(mV[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
+        gK = cute.local_tile(seq.rows_k(mK, kv_head_idx), tile_kv, (n_block, 0))
+        gV = cute.local_tile(seq.rows_k(mV, kv_head_idx), tile_kv, (n_block, 0))
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         sQ = storage.sQ.get_tensor(sQ_layout)  # (block_m, D, num_stages)
@@ -367,7 +388,7 @@ class FlashAttentionBackwardSm80:
             # dQ: this thread's elements of a (block_m, D) tile and their coordinates, for the atomic adds
             tdQcdQ=thr_mma_dq.partition_C(cute.make_identity_tensor(tile_q)),
             tidx=tidx,
-            batch_idx=batch_idx,
+            seq=seq,
             seqlen_q=seqlen_q,
             head_dim=head_dim,
             scale_log2=scale_log2,
@@ -381,8 +402,8 @@ class FlashAttentionBackwardSm80:
 
         # ---- step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes)
         acc_dK.store(acc_dK.load() * softmax_scale)
-        gdK = cute.local_tile(mdK[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
-        gdV = cute.local_tile(mdV[batch_idx, None, kv_head_idx, None], tile_kv, (n_block, 0))
+        gdK = cute.local_tile(seq.rows_k(mdK, kv_head_idx), tile_kv, (n_block, 0))
+        gdV = cute.local_tile(seq.rows_k(mdV, kv_head_idx), tile_kv, (n_block, 0))
         cute.arch.cp_async_wait_group(0)  # the loop may have run zero times: K and V may still be landing
         cute.arch.sync_threads()  # every warp is done reading sK and sV
         store_o(acc_dK, sK, gdK, tiled_mma_dkv, gmem_tiled_copy_store, tidx, kv_rows_left, head_dim, check_hdim)
@@ -403,8 +424,8 @@ class FlashAttentionBackwardSm80:
         cfg = self.config
         tile_q = (self.block_m, self.head_dim_padded)
         rows_left = st.seqlen_q - m_block * self.block_m
-        gQ = cute.local_tile(st.mQ[st.batch_idx, None, head_idx, None], tile_q, (m_block, 0))
-        gdO = cute.local_tile(st.mdO[st.batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        gQ = cute.local_tile(st.seq.rows_q(st.mQ, head_idx), tile_q, (m_block, 0))
+        gdO = cute.local_tile(st.seq.rows_q(st.mdO, head_idx), tile_q, (m_block, 0))
         for g, tXsX in ((gQ, st.tQsQ), (gdO, st.tdOsdO)):
             gcopy.copy_rows(
                 st.gmem_tiled_copy_load,
@@ -420,8 +441,8 @@ class FlashAttentionBackwardSm80:
             )
         # thread r < block_m loads row r's LSE and D (partitioned out here: a method called on a value inside a
         # dynamic `if` makes the DSL thread that value through the branch)
-        gLSE = cute.local_tile(st.mLSE[st.batch_idx, head_idx, None], (self.block_m,), (m_block,))
-        gD = cute.local_tile(st.mD[st.batch_idx, head_idx, None], (self.block_m,), (m_block,))
+        gLSE = cute.local_tile(st.seq.row_stats(st.mLSE, head_idx), (self.block_m,), (m_block,))
+        gD = cute.local_tile(st.seq.row_stats(st.mD, head_idx), (self.block_m,), (m_block,))
         tLSEgLSE = st.gmem_thr_copy_stats.partition_S(gLSE)
         tDgD = st.gmem_thr_copy_stats.partition_S(gD)
         if st.tidx < cutlass.min(rows_left, self.block_m):
@@ -491,5 +512,5 @@ class FlashAttentionBackwardSm80:
             acc_dQ = cute.make_rmem_tensor(st.thr_mma_dq.partition_shape_C(tile_q), Float32)
             acc_dQ.fill(0.0)
             gemm_ss(st.tiled_mma_dq, acc_dQ, frag.rdS, frag.rKt, st.tdQsdS, st.tdQsKt, st.copy_A_dq, st.copy_B_dq)
-            gdQ = cute.local_tile(st.mdQaccum[st.batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+            gdQ = cute.local_tile(st.seq.rows_q(st.mdQaccum, head_idx), tile_q, (m_block, 0))
             add_tile(acc_dQ, st.tdQcdQ, gdQ, rows_left, st.head_dim, self.dq_red_width)

@@ -24,6 +24,7 @@ from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
+from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softmax import LOG2_E, load_row_stats, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import DQConfig
@@ -63,6 +64,12 @@ class FlashAttentionBackwardDQSm80:
         window_left: Int32,
         window_right: Int32,
         stream: cuda.CUstream,
+        mCuSeqlensQ: cute.Tensor | None = None,  # packed batches (common/seqlen.py)
+        mCuSeqlensK: cute.Tensor | None = None,
+        mSeqUsedQ: cute.Tensor | None = None,
+        mSeqUsedK: cute.Tensor | None = None,
+        max_seqlen_q: Int32 | None = None,
+        max_seqlen_k: Int32 | None = None,
     ):
         atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
         sQ_layout = cute.tile_to_shape(atom, (self.block_m, self.head_dim_padded), (0, 1))
@@ -80,7 +87,10 @@ class FlashAttentionBackwardDQSm80:
             (self.config.num_warps, 1, 1),
             permutation_mnk=(self.config.num_warps * 16, 16, 16),
         )
-        num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
+        batch, seqlen_q = mQ.shape[0], mQ.shape[1]
+        if cutlass.const_expr(mCuSeqlensQ is not None):
+            batch, seqlen_q = mSeqUsedQ.shape[0], max_seqlen_q
+        num_m_blocks = cute.ceil_div(seqlen_q, self.block_m)
         self.kernel(
             mQ,
             mK,
@@ -89,6 +99,10 @@ class FlashAttentionBackwardDQSm80:
             mLSE,
             mD,
             mdQ,
+            mCuSeqlensQ,
+            mCuSeqlensK,
+            mSeqUsedQ,
+            mSeqUsedK,
             softmax_scale,
             diag_offset,
             window_left,
@@ -101,7 +115,7 @@ class FlashAttentionBackwardDQSm80:
             tiled_mma,
             SharedStorage,
         ).launch(
-            grid=[num_m_blocks * mQ.shape[2] * mQ.shape[0], 1, 1],
+            grid=[num_m_blocks * mQ.shape[2] * batch, 1, 1],
             block=[self.num_threads, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
@@ -117,6 +131,10 @@ class FlashAttentionBackwardDQSm80:
         mLSE: cute.Tensor,
         mD: cute.Tensor,
         mdQ: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor | None,
+        mCuSeqlensK: cute.Tensor | None,
+        mSeqUsedQ: cute.Tensor | None,
+        mSeqUsedK: cute.Tensor | None,
         softmax_scale: Float32,
         diag_offset: Int32,
         window_left: Int32,
@@ -139,10 +157,14 @@ class FlashAttentionBackwardDQSm80:
         head_idx = (bidx // num_m_blocks) % nheads
         batch_idx = bidx // num_m_blocks // nheads
         kv_head_idx = head_idx // (nheads // mK.shape[2])
-        seqlen_q, seqlen_k, head_dim = mQ.shape[1], mK.shape[1], mQ.shape[3]
+        seq = SeqLens(batch_idx, mQ.shape[1], mK.shape[1], diag_offset, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK)
+        seqlen_q, seqlen_k, head_dim = seq.seqlen_q, seq.seqlen_k, mQ.shape[3]
         check_hdim = not cfg.exact_head_dim
-        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
+        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, seq.diag_offset, window_left, window_right)
         n_block_min, n_block_max = tile_info.n_block_range(m_block)
+        if cutlass.const_expr(seq.packed):  # noqa: SIM102 (a compile-time test around a run-time one)
+            if m_block * self.block_m >= seqlen_q:  # past a shorter sequence's end: no rows, nothing to visit
+                n_block_max = n_block_min
         tile_q = (self.block_m, self.head_dim_padded)
         tile_kv = (self.block_n, self.head_dim_padded)
 
@@ -164,7 +186,7 @@ class FlashAttentionBackwardDQSm80:
         tKpK = gcopy.head_dim_predicate(tKcK, head_dim)
         rows_left = seqlen_q - m_block * self.block_m
         for m, s in ((mQ, sQ), (mdO, sdO)):
-            g = cute.local_tile(m[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+            g = cute.local_tile(seq.rows_q(m, head_idx), tile_q, (m_block, 0))
             gcopy.copy_rows(
                 gmem_tiled_copy_load,
                 gmem_thr_copy.partition_S(g),
@@ -191,7 +213,9 @@ class FlashAttentionBackwardDQSm80:
         rV = thr_mma.make_fragment_B(thr_mma.partition_B(sV))
         rKt = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))
         tScS = acc_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((self.block_m, self.block_n))))
-        lse_log2, d_row = load_row_stats(mLSE, mD, batch_idx, head_idx, tScS, m_block * self.block_m, seqlen_q)
+        lse_log2, d_row = load_row_stats(
+            seq.row_stats(mLSE, head_idx), seq.row_stats(mD, head_idx), tScS, m_block * self.block_m, seqlen_q
+        )
         mask = AttentionMask(tile_info, thr_mma, tiled_mma.get_slice(0))
         acc_dQ = cute.make_rmem_tensor(thr_mma.partition_shape_C(tile_q), Float32)
         acc_dQ.fill(0.0)
@@ -222,7 +246,7 @@ class FlashAttentionBackwardDQSm80:
             rKt=rKt,
             lse_log2=lse_log2,
             d_row=d_row,
-            batch_idx=batch_idx,
+            seq=seq,
             kv_head_idx=kv_head_idx,
             seqlen_k=seqlen_k,
             scale_log2=scale_log2,
@@ -234,7 +258,7 @@ class FlashAttentionBackwardDQSm80:
         acc_dQ.store(acc_dQ.load() * softmax_scale)
         cute.arch.cp_async_wait_group(0)  # the loop may have run zero times
         cute.arch.sync_threads()
-        gdQ = cute.local_tile(mdQ[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        gdQ = cute.local_tile(seq.rows_q(mdQ, head_idx), tile_q, (m_block, 0))
         store_o(acc_dQ, sQ, gdQ, tiled_mma, gmem_tiled_copy_store, tidx, rows_left, head_dim, check_hdim)
 
     @cute.jit
@@ -247,7 +271,7 @@ class FlashAttentionBackwardDQSm80:
         tile_kv = (self.block_n, self.head_dim_padded)
         # K, V -> shared memory (rows past seqlen_k zero-filled); every warp is done with the last tile
         for m, s in ((st.mK, st.sK), (st.mV, st.sV)):
-            g = cute.local_tile(m[st.batch_idx, None, st.kv_head_idx, None], tile_kv, (n_block, 0))
+            g = cute.local_tile(st.seq.rows_k(m, st.kv_head_idx), tile_kv, (n_block, 0))
             gcopy.copy_rows(
                 st.gmem_tiled_copy_load,
                 st.gmem_thr_copy.partition_S(g),

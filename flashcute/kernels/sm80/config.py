@@ -27,6 +27,7 @@ class FwdConfig:
     mask_left:        keys further left than window_left are masked (sliding window)
     lazy_rescale:     a row keeps its running max until it grows by more than softmax.RESCALE_THRESHOLD, unmasked
                       steps skip the row max, and U is rescaled only in warps where a row's max moved
+    packed:           the batch is packed variable-length sequences (kernels/common/seqlen.py)
     """
 
     dtype: str
@@ -39,6 +40,7 @@ class FwdConfig:
     mask_right: bool
     mask_left: bool
     lazy_rescale: bool = False
+    packed: bool = False
 
     @property
     def num_threads(self) -> int:
@@ -76,9 +78,10 @@ def _forward_tiles(bucket: int, masked: bool) -> tuple[tuple[int, int, int, int]
 
 @functools.cache
 def fwd_config(
-    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, arch: str = "sm_80"
+    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, arch: str = "sm_80", packed: bool = False
 ) -> FwdConfig:
-    """The heuristic for the sm80 forward kernel on target ``arch`` (window_right = 0 is causal)."""
+    """The heuristic for the sm80 forward kernel on target ``arch`` (window_right = 0 is causal; ``packed``: for
+    packed variable-length batches, with the same tiles)."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
     for block_m, block_n, num_warps, num_stages in _forward_tiles(bucket, mask_right or mask_left):
@@ -94,6 +97,7 @@ def fwd_config(
             mask_left=mask_left,
             # only D=128 gains from it, in both dtypes (docs/tuning-sm80.md, Lazy rescaling)
             lazy_rescale=bucket == 128,
+            packed=packed,
         )
         if config.smem_bytes() <= smem_limit(arch):
             break
@@ -111,6 +115,7 @@ class BwdConfig:
     1 loads it once every warp is done with the current one.
     accumulate_dq: True, this kernel also adds dQ with fp32 atomics; False (deterministic mode), dQ comes from the
     DQConfig kernel, which walks the K/V tiles of one Q tile in a fixed order.
+    packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
     """
 
     dtype: str
@@ -126,6 +131,7 @@ class BwdConfig:
     mask_right: bool
     mask_left: bool
     accumulate_dq: bool = True
+    packed: bool = False
 
     @property
     def label(self) -> str:
@@ -156,9 +162,14 @@ def _backward_tiles(bucket: int) -> tuple[int, int, int, int, int, int, int]:
 
 @functools.cache
 def bwd_config(
-    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, deterministic: bool = False
+    head_dim: int,
+    dtype: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    deterministic: bool = False,
+    packed: bool = False,
 ) -> BwdConfig:
-    """The heuristic for the sm80 dK/dV kernel (window_right = 0 is causal)."""
+    """The heuristic for the sm80 dK/dV kernel (window_right = 0 is causal; ``packed`` as in fwd_config)."""
     bucket = head_dim_bucket(head_dim)
     block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq, num_stages = _backward_tiles(bucket)
     mask_right, mask_left = masks(window_left, window_right)
@@ -176,13 +187,15 @@ def bwd_config(
         mask_right=mask_right,
         mask_left=mask_left,
         accumulate_dq=not deterministic,
+        packed=packed,
     )
 
 
 @dataclass(frozen=True)
 class DQConfig:
     """The deterministic dQ kernel (kernels/sm80/bwd_dq.py): one thread block per (block_m, head_dim) tile of dQ,
-    walking its K/V tiles in order, num_warps warps stacked along M (the forward's shape of work)."""
+    walking its K/V tiles in order, num_warps warps stacked along M (the forward's shape of work); packed as in
+    BwdConfig."""
 
     dtype: str
     head_dim_padded: int
@@ -192,6 +205,7 @@ class DQConfig:
     num_warps: int
     mask_right: bool
     mask_left: bool
+    packed: bool = False
 
     @property
     def label(self) -> str:
@@ -204,7 +218,9 @@ class DQConfig:
 
 
 @functools.cache
-def dq_config(head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1) -> DQConfig:
+def dq_config(
+    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, packed: bool = False
+) -> DQConfig:
     """The heuristic for the deterministic dQ kernel."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
@@ -218,4 +234,5 @@ def dq_config(head_dim: int, dtype: str, window_left: int = -1, window_right: in
         num_warps=4,
         mask_right=mask_right,
         mask_left=mask_left,
+        packed=packed,
     )

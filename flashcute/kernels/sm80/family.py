@@ -7,6 +7,7 @@ and warm-up.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import torch
 
 from flashcute.kernels.common import prepost
-from flashcute.kernels.launch import compiled, device_arch, dtype_name, run_on_device
+from flashcute.kernels.launch import DENSE, compiled, device_arch, dtype_name, run_on_device
 from flashcute.kernels.sm80.config import BwdConfig, DQConfig, FwdConfig, bwd_config, dq_config, fwd_config
 
 NAME = "sm80"
@@ -46,21 +47,26 @@ def compile(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path 
     from flashcute.kernels.build import SymbolicProblem, compile_kernel
 
     p = SymbolicProblem(config)
+    packed = p.packed_batch() if config.packed else ()
+
+    def build(kernel, *tensors):
+        return compile_kernel(kernel, config, arch, dump_dir, *tensors, after=packed)
+
     if isinstance(config, FwdConfig):
         from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
 
         tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
-        return compile_kernel(FlashAttentionForwardSm80(config), config, arch, dump_dir, *tensors)
+        return build(FlashAttentionForwardSm80(config), *tensors)
     inputs = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats())
     if isinstance(config, BwdConfig):
         from flashcute.kernels.sm80.bwd import FlashAttentionBackwardSm80
 
         dq_accum = p.q_like(cutlass.Float32) if config.accumulate_dq else None
         kernel = FlashAttentionBackwardSm80(config, arch)
-        return compile_kernel(kernel, config, arch, dump_dir, *inputs, dq_accum, p.kv_like(), p.kv_like())
+        return build(kernel, *inputs, dq_accum, p.kv_like(), p.kv_like())
     from flashcute.kernels.sm80.bwd_dq import FlashAttentionBackwardDQSm80
 
-    return compile_kernel(FlashAttentionBackwardDQSm80(config), config, arch, dump_dir, *inputs, p.q_like())
+    return build(FlashAttentionBackwardDQSm80(config), *inputs, p.q_like())
 
 
 def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, list]:
@@ -77,6 +83,11 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
         for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
             for kind, make in kinds.items():
                 found[kind].append(make(head_dim, dtype, window))
+    for kind, make in kinds.items():  # packed batches: the exact head dims (packing is orthogonal to padding)
+        found[f"{kind}-packed"] = [
+            dataclasses.replace(make(bucket, dtype, window), packed=True)
+            for dtype, bucket, window in itertools.product(dtypes, buckets, masks)
+        ]
     return found
 
 
@@ -86,21 +97,25 @@ def forward_launcher(
     head_dim: int,
     window_left: int,
     window_right: int,
+    packed: bool = False,
     config: FwdConfig | None = None,
 ):
-    """``launch(q, k, v, out, lse, softmax_scale, diag_offset)`` for validated inputs of this device, dtype, head
-    dim and window (outputs allocated by the caller), with the heuristic's config or ``config`` (tests, tuning)."""
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE)`` for validated inputs of this
+    device, dtype, head dim and window (outputs allocated by the caller), with the heuristic's config or ``config``
+    (tests, tuning). ``packed``: the launches take packed variable-length batches (kernels/common/seqlen.py), q
+    (1, total_q, nheads, head_dim) and lse (1, nheads, total_q), and their packed_args."""
     if config is None:
-        config = fwd_config(head_dim, dtype, window_left, window_right, arch=device_arch(device))
+        config = fwd_config(head_dim, dtype, window_left, window_right, arch=device_arch(device), packed=packed)
     kernel = compiled(config, device, compile)
+    scalars = (window_left, window_right)
 
-    def launch(q, k, v, out, lse, softmax_scale: float, diag_offset: int) -> None:
-        run_on_device(device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right)
+    def launch(q, k, v, out, lse, softmax_scale: float, diag_offset: int, packed_args: tuple = DENSE) -> None:
+        run_on_device(device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, *scalars, *packed_args)
 
     return launch
 
 
-def supports_backward(head_dim: int, deterministic: bool) -> bool:
+def supports_backward(head_dim: int, deterministic: bool, packed: bool) -> bool:
     return True
 
 
@@ -116,23 +131,30 @@ def backward(
     window_left: int,
     window_right: int,
     deterministic: bool,
+    packed_args: tuple | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32
     atomics into a buffer the preprocess zeroes, scaled and cast by the postprocess, or, deterministic, from the dQ
-    kernel, which adds in a fixed order."""
+    kernel, which adds in a fixed order. ``packed_args``: a packed variable-length batch's (forward_launcher), the
+    tensors shaped as its launches take them; the kernels' outputs are zeroed first, since they write no row that
+    lies outside every sequence."""
     batch, seqlen_q, nheads, head_dim = q.shape
     dtype = dtype_name(q)
     delta = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
     dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
     prepost.preprocess(dout, out, delta, dq_accum)
-    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    new = torch.empty if packed_args is None else torch.zeros
+    dq = (new if deterministic else torch.empty)(q.shape, dtype=q.dtype, device=q.device)  # (else: postprocess)
+    dk, dv = (new(t.shape, dtype=t.dtype, device=t.device) for t in (k, v))
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    config = bwd_config(head_dim, dtype, window_left, window_right, deterministic=deterministic)
+    packed = packed_args is not None
+    after = packed_args if packed else DENSE
+    config = bwd_config(head_dim, dtype, window_left, window_right, deterministic=deterministic, packed=packed)
     tensors = (q, k, v, dout, lse, delta, dq_accum, dk, dv)
-    run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars)
+    run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     if deterministic:
-        dq_kernel = compiled(dq_config(head_dim, dtype, window_left, window_right), q.device, compile)
-        run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars)
+        dq_kernel = compiled(dq_config(head_dim, dtype, window_left, window_right, packed), q.device, compile)
+        run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars, *after)
     else:
         prepost.postprocess(dq_accum, dq, softmax_scale)
     return dq, dk, dv

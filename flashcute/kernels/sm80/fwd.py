@@ -29,6 +29,7 @@ from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, converted
 from flashcute.kernels.common.mask import AttentionMask
+from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softmax import LOG2_E, RESCALE_THRESHOLD, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import FwdConfig
@@ -70,6 +71,12 @@ class FlashAttentionForwardSm80:
         window_left: Int32,
         window_right: Int32,
         stream: cuda.CUstream,
+        mCuSeqlensQ: cute.Tensor | None = None,  # packed batches (common/seqlen.py): (batch + 1,) int32
+        mCuSeqlensK: cute.Tensor | None = None,
+        mSeqUsedQ: cute.Tensor | None = None,  # (batch,) int32
+        mSeqUsedK: cute.Tensor | None = None,
+        max_seqlen_q: Int32 | None = None,  # the longest sequence of a packed batch
+        max_seqlen_k: Int32 | None = None,
     ):
         smem_atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
         sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, self.head_dim_padded), (0, 1))
@@ -86,13 +93,20 @@ class FlashAttentionForwardSm80:
         gmem_tiled_copy_QKV = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True)
         gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False)
 
-        num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
+        batch, seqlen_q = mQ.shape[0], mQ.shape[1]
+        if cutlass.const_expr(mCuSeqlensQ is not None):
+            batch, seqlen_q = mSeqUsedQ.shape[0], max_seqlen_q
+        num_m_blocks = cute.ceil_div(seqlen_q, self.block_m)
         self.kernel(
             mQ,
             mK,
             mV,
             mO,
             mLSE,
+            mCuSeqlensQ,
+            mCuSeqlensK,
+            mSeqUsedQ,
+            mSeqUsedK,
             softmax_scale * LOG2_E,
             diag_offset,
             window_left,
@@ -105,7 +119,7 @@ class FlashAttentionForwardSm80:
             tiled_mma,
             SharedStorage,
         ).launch(
-            grid=[num_m_blocks * mQ.shape[2] * mQ.shape[0], 1, 1],
+            grid=[num_m_blocks * mQ.shape[2] * batch, 1, 1],
             block=[self.num_threads, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
@@ -129,6 +143,10 @@ class FlashAttentionForwardSm80:
         mV: cute.Tensor,
         mO: cute.Tensor,
         mLSE: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor | None,
+        mCuSeqlensK: cute.Tensor | None,
+        mSeqUsedQ: cute.Tensor | None,
+        mSeqUsedK: cute.Tensor | None,
         scale_log2: Float32,
         diag_offset: Int32,
         window_left: Int32,
@@ -152,18 +170,21 @@ class FlashAttentionForwardSm80:
         head_idx = (bidx // num_m_blocks) % nheads
         batch_idx = bidx // num_m_blocks // nheads
         kv_head_idx = head_idx // (nheads // mK.shape[2])
-        seqlen_q = mQ.shape[1]
-        seqlen_k = mK.shape[1]
+        seq = SeqLens(batch_idx, mQ.shape[1], mK.shape[1], diag_offset, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK)
+        seqlen_q, seqlen_k = seq.seqlen_q, seq.seqlen_k
         head_dim = mQ.shape[3]
-        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
+        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, seq.diag_offset, window_left, window_right)
         n_block_min, n_block_max = tile_info.n_block_range(m_block)
+        if cutlass.const_expr(seq.packed):  # noqa: SIM102 (a compile-time test around a run-time one)
+            if m_block * self.block_m >= seqlen_q:  # past a shorter sequence's end: no rows, nothing to visit
+                n_block_max = n_block_min
         left_end, right_start = tile_info.masked_runs(m_block, n_block_min, n_block_max)
 
         tile_q = (self.block_m, self.head_dim_padded)
         tile_kv = (self.block_n, self.head_dim_padded)
-        gQ = cute.local_tile(mQ[batch_idx, None, head_idx, None], tile_q, (m_block, 0))  # (block_m, D)
-        gK = cute.local_tile(mK[batch_idx, None, kv_head_idx, None], tile_kv, (None, 0))  # (block_n, D, n_block)
-        gV = cute.local_tile(mV[batch_idx, None, kv_head_idx, None], tile_kv, (None, 0))  # (block_n, D, n_block)
+        gQ = cute.local_tile(seq.rows_q(mQ, head_idx), tile_q, (m_block, 0))  # (block_m, D)
+        gK = cute.local_tile(seq.rows_k(mK, kv_head_idx), tile_kv, (None, 0))  # (block_n, D, n_block)
+        gV = cute.local_tile(seq.rows_k(mV, kv_head_idx), tile_kv, (None, 0))  # (block_n, D, n_block)
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(SharedStorage)
@@ -292,9 +313,9 @@ class FlashAttentionForwardSm80:
         cute.arch.sync_threads()  # every warp is done reading sQ
         rows_left = seqlen_q - m_block * self.block_m
         sO = cute.make_tensor(sQ.iterator, sQ_layout)
-        gO = cute.local_tile(mO[batch_idx, None, head_idx, None], tile_q, (m_block, 0))
+        gO = cute.local_tile(seq.rows_q(mO, head_idx), tile_q, (m_block, 0))
         store_o(acc_O, sO, gO, tiled_mma, gmem_tiled_copy_O, tidx, rows_left, head_dim, check_hdim)
-        gLSE = cute.local_tile(mLSE[batch_idx, head_idx, None], (self.block_m,), (m_block,))
+        gLSE = cute.local_tile(seq.row_stats(mLSE, head_idx), (self.block_m,), (m_block,))
         store_lse(lse, gLSE, thr_mma, tile_q, rows_left)
 
     @cute.jit

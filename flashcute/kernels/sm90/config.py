@@ -36,6 +36,7 @@ class Sm90FwdConfig:
     exp_in_place:       the steps of unmasked tiles take E into S's registers while the previous tile's P V still
                         runs, and into P only after it (softmax.online_softmax_in_place); else E goes straight into P,
                         after that P V (softmax.online_softmax_kept_max)
+    packed:             the batch is packed variable-length sequences (kernels/common/seqlen.py)
     """
 
     dtype: str
@@ -51,6 +52,7 @@ class Sm90FwdConfig:
     pass_turn_after_qk: bool = False
     k_descriptors: str = "64bit"
     exp_in_place: bool = False
+    packed: bool = False
 
     @property
     def label(self) -> str:
@@ -120,8 +122,11 @@ def _k_descriptors(bucket: int, dtype: str) -> str:
 
 
 @functools.cache
-def sm90_fwd_config(head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1) -> Sm90FwdConfig:
-    """The heuristic for the Hopper forward kernel (window_right = 0 is causal)."""
+def sm90_fwd_config(
+    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, packed: bool = False
+) -> Sm90FwdConfig:
+    """The heuristic for the Hopper forward kernel (window_right = 0 is causal; ``packed``: for packed
+    variable-length batches, with the same tiles)."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
     masked = mask_right or mask_left
@@ -143,6 +148,7 @@ def sm90_fwd_config(head_dim: int, dtype: str, window_left: int = -1, window_rig
         k_descriptors=_k_descriptors(bucket, dtype),
         # under a mask at D >= 192 P V is as long as Q K^T: E goes ahead of it (docs/tuning-sm90.md, E in place of S)
         exp_in_place=masked and bucket >= 192,
+        packed=packed,
     )
 
 
@@ -153,6 +159,7 @@ class Sm90BwdConfig:
     block_n rows of K/V per thread block, 64 per consumer warpgroup; block_m rows of Q per step, NUM_STAGES
     shared-memory buffers of Q, dO, LSE and D (filled by TMA) and of dS. The dQ GEMM of a step is split between
     the two consumer warpgroups along its rows when block_m is 128, along the head dim when block_m is 64.
+    packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
     """
 
     dtype: str
@@ -162,6 +169,7 @@ class Sm90BwdConfig:
     block_n: int
     mask_right: bool
     mask_left: bool
+    packed: bool = False
 
     @property
     def label(self) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from flashcute.kernels.common import prepost
-from flashcute.kernels.launch import compiled, dtype_name, num_sms, run_on_device
+from flashcute.kernels.launch import DENSE, compiled, dtype_name, num_sms, run_on_device
 from flashcute.kernels.sm90.config import (
     Sm90BwdConfig,
     Sm90FwdConfig,
@@ -54,7 +54,8 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
 
         tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.tile_counter())
         kernel = FlashAttentionForwardSm90(config)
-        return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1))
+        packed = p.packed_batch() if config.packed else ()
+        return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1), after=packed)
     from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
 
     stats = (p.padded_row_stats(), p.padded_row_stats())
@@ -66,7 +67,7 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
 def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, list]:
     """The heuristics' configs by kernel kind, per dtype x head-dim bucket x (window_left, window_right) (x exact
     and padded head dim); the backward at the buckets it has tiles for."""
-    found = {"fwd": [], "bwd": []}
+    found = {"fwd": [], "bwd": [], "fwd-packed": []}
     if arch not in ARCHS:
         return found
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
@@ -74,6 +75,10 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found["fwd"].append(sm90_fwd_config(head_dim, dtype, *window))
             if sm90_bwd_supports(head_dim):
                 found["bwd"].append(sm90_bwd_config(head_dim, dtype, *window))
+    found["fwd-packed"] = [  # packed batches: the exact head dims (packing is orthogonal to padding)
+        sm90_fwd_config(bucket, dtype, *window, packed=True)
+        for dtype, bucket, window in itertools.product(dtypes, buckets, masks)
+    ]
     return found
 
 
@@ -97,22 +102,24 @@ def forward_launcher(
     head_dim: int,
     window_left: int,
     window_right: int,
+    packed: bool = False,
     config: Sm90FwdConfig | None = None,
     grid: int | None = None,
 ):
-    """``launch(q, k, v, out, lse, softmax_scale, diag_offset)`` for validated inputs of this device, dtype, head
-    dim and window (outputs allocated by the caller), with the heuristic's config or ``config``; the persistent
-    grid has one thread block per SM, or ``grid`` (tests: fewer blocks, each claiming several tiles)."""
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE)`` for validated inputs of this
+    device, dtype, head dim and window (outputs allocated by the caller), with the heuristic's config or ``config``;
+    the persistent grid has one thread block per SM, or ``grid`` (tests: fewer blocks, each claiming several
+    tiles). ``packed`` as in the sm80 family's forward_launcher."""
     if config is None:
-        config = sm90_fwd_config(head_dim, dtype, window_left, window_right)
+        config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed)
     kernel = compiled(config, device, compile)
     max_grid = grid or num_sms(device)
 
-    def launch(q, k, v, out, lse, softmax_scale: float, diag_offset: int) -> None:
+    def launch(q, k, v, out, lse, softmax_scale: float, diag_offset: int, packed_args: tuple = DENSE) -> None:
         q, k, v = tma_addressable(q), tma_addressable(k), tma_addressable(v)
         counter = tile_counter(device)
         scalars = (softmax_scale, diag_offset, window_left, window_right, max_grid)
-        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars)
+        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args)
 
     return launch
 
@@ -147,8 +154,8 @@ def padded_lse_log2(lse: torch.Tensor, rows: int) -> torch.Tensor:
     return padded
 
 
-def supports_backward(head_dim: int, deterministic: bool) -> bool:
-    return not deterministic and sm90_bwd_supports(head_dim)
+def supports_backward(head_dim: int, deterministic: bool, packed: bool) -> bool:
+    return not deterministic and not packed and sm90_bwd_supports(head_dim)
 
 
 def backward(
@@ -163,9 +170,11 @@ def backward(
     window_left: int,
     window_right: int,
     deterministic: bool,
+    packed_args: tuple | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the preprocess D = rowsum(dO * O) (and dQaccum zeroed); the Hopper kernel, which adds dQ by TMA
-    reduce-adds of whole tiles and applies softmax_scale; the postprocess casts dQ."""
+    reduce-adds of whole tiles and applies softmax_scale; the postprocess casts dQ. Dense batches only
+    (supports_backward): ``packed_args`` must be None."""
     batch, seqlen_q, nheads, head_dim = q.shape
     config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right)
     rows = -(-seqlen_q // config.block_m) * config.block_m  # whole Q tiles, bulk-copied a tile at a time

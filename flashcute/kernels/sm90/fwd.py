@@ -42,13 +42,15 @@ import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import cpasync
 
+from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common import tma
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
-from flashcute.kernels.common.epilogue import store_lse
+from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.layout import converted
 from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.scheduler import heads_per_section, tile_coords, tile_divisors
+from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softmax import LOG2_E, RESCALE_THRESHOLD, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import (
@@ -123,6 +125,12 @@ class FlashAttentionForwardSm90:
         window_right: Int32,
         max_grid: Int32,  # the most thread blocks: one per SM
         stream: cuda.CUstream,
+        mCuSeqlensQ: cute.Tensor | None = None,  # packed batches (common/seqlen.py): (batch + 1,) int32
+        mCuSeqlensK: cute.Tensor | None = None,
+        mSeqUsedQ: cute.Tensor | None = None,  # (batch,) int32
+        mSeqUsedK: cute.Tensor | None = None,
+        max_seqlen_q: Int32 | None = None,  # the longest sequence of a packed batch
+        max_seqlen_k: Int32 | None = None,
     ):
         d = self.head_dim_padded
         sQ_layout = tma.smem_layout(self.dtype, 64, d, self.num_wg)  # one 64-row stage per consumer warpgroup
@@ -152,21 +160,28 @@ class FlashAttentionForwardSm90:
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
 
-        num_m_blocks = cute.ceil_div(mQ.shape[1], self.block_m)
-        num_tiles = num_m_blocks * mQ.shape[2] * mQ.shape[0]
+        batch, seqlen_q, seqlen_k = mQ.shape[0], mQ.shape[1], mK.shape[1]
+        if cutlass.const_expr(self.config.packed):
+            batch, seqlen_q, seqlen_k = mSeqUsedQ.shape[0], max_seqlen_q, max_seqlen_k
+        num_m_blocks = cute.ceil_div(seqlen_q, self.block_m)
+        num_tiles = num_m_blocks * mQ.shape[2] * batch
         # L2 sections pay off where tiles differ in length (causal, windows); without a mask the plain order keeps
         # the running thread blocks on fewer heads (docs/tuning-sm90.md, L2 sections).
         section = 1
         if cutlass.const_expr(self.config.mask_right):
-            section = heads_per_section(mK.shape[1], mK.shape[3])
-        divisors = tile_divisors(num_m_blocks, mQ.shape[2], mQ.shape[0], section, make=cute.FastDivmodDivisorV2)
+            section = heads_per_section(seqlen_k, mK.shape[3])
+        divisors = tile_divisors(num_m_blocks, mQ.shape[2], batch, section, make=cute.FastDivmodDivisorV2)
         self.kernel(
             tQ,
             tK,
             tV,
-            tO,
+            mO if cutlass.const_expr(self.config.packed) else tO,
             mLSE,
             mTileCounter,
+            mCuSeqlensQ,
+            mCuSeqlensK,
+            mSeqUsedQ,
+            mSeqUsedK,
             tma_Q,
             tma_K,
             tma_V,
@@ -205,9 +220,13 @@ class FlashAttentionForwardSm90:
         mQ: cute.Tensor,  # TMA coordinate tensors, (seqlen, head_dim, heads, batch)
         mK: cute.Tensor,
         mV: cute.Tensor,
-        mO: cute.Tensor,
+        mO: cute.Tensor,  # packed batches: O itself (stored without TMA: epilogue)
         mLSE: cute.Tensor,
         mTileCounter: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor | None,
+        mCuSeqlensK: cute.Tensor | None,
+        mSeqUsedQ: cute.Tensor | None,
+        mSeqUsedK: cute.Tensor | None,
         tma_Q: cute.CopyAtom,
         tma_K: cute.CopyAtom,
         tma_V: cute.CopyAtom,
@@ -284,8 +303,14 @@ class FlashAttentionForwardSm90:
             ),
             qheads_per_kvhead=div_qheads_per_kvhead,
             nheads=mQ.shape[2],
-            batch=mQ.shape[3],
+            batch=mQ.shape[3] if cutlass.const_expr(mSeqUsedQ is None) else mSeqUsedQ.shape[0],
             tile_info=tile_info,
+            seqlen_q=seqlen_q,
+            seqlen_k=seqlen_k,
+            diag_offset=diag_offset,
+            window_left=window_left,
+            window_right=window_right,
+            packed=(mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK),
             counter=mTileCounter,
             ring=storage.tile_ring.get_tensor(cute.make_layout(TILE_RING)),
         )
@@ -295,9 +320,7 @@ class FlashAttentionForwardSm90:
                 self.load(mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipes, tiles)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS[self.num_wg])
-            self.consume(
-                mO, mLSE, tma_O, sQ, sK, sV, sO, pipes, tiles, scale_log2, seqlen_q, tiled_mma_qk, tiled_mma_pv
-            )
+            self.consume(mO, mLSE, tma_O, sQ, sK, sV, sO, pipes, tiles, scale_log2, tiled_mma_qk, tiled_mma_pv)
 
     @cute.jit
     def walk_claimed_tiles(
@@ -318,14 +341,11 @@ class FlashAttentionForwardSm90:
         done (acq_rel: after its claims); the block that counts last knows no claim is left and zeroes both."""
         block_idx, grid_size = cute.arch.block_idx()[0], cute.arch.grid_dim()[0]
         ring_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_RING)
-        tile_idx = block_idx
+        tile_idx = self.skip_empty_tiles(tiles, block_idx, grid_size)
         while tile_idx < tiles.num_tiles:
             ring_state = self.publish_tile(pipe_tile, tiles.ring, ring_state, tile_idx)
             q_state, kv_state = one_tile(tile_idx, q_state, kv_state)
-            claimed = Int32(0)
-            if cute.arch.lane_idx() == 0:
-                claimed = cute.arch.atomic_add(tiles.counter.iterator, Int32(1))
-            tile_idx = grid_size + cute.arch.shuffle_sync(claimed, 0)
+            tile_idx = self.skip_empty_tiles(tiles, self.claim_tile(tiles, grid_size), grid_size)
         self.publish_tile(pipe_tile, tiles.ring, ring_state, tile_idx)
         counter = tiles.counter
         if cute.arch.lane_idx() == 0:
@@ -333,6 +353,34 @@ class FlashAttentionForwardSm90:
             if done == grid_size - 1:
                 counter[0] = Int32(0)
                 counter[1] = Int32(0)
+
+    @cute.jit
+    def claim_tile(self, tiles: SimpleNamespace, grid_size: Int32) -> Int32:
+        """The next tile index: grid_size + the count of claims so far (lane 0 adds, the warp shares it)."""
+        claimed = Int32(0)
+        if cute.arch.lane_idx() == 0:
+            claimed = cute.arch.atomic_add(tiles.counter.iterator, Int32(1))
+        return grid_size + cute.arch.shuffle_sync(claimed, 0)
+
+    @cute.jit
+    def skip_empty_tiles(self, tiles: SimpleNamespace, tile_idx: Int32, grid_size: Int32) -> Int32:
+        """``tile_idx``, or in a packed batch the first tile from it on (claiming further) that holds a row: the
+        tiles past a shorter sequence's end are neither loaded nor handed to the consumers."""
+        if cutlass.const_expr(self.config.packed):
+            empty = self.tile_is_empty(tiles, tile_idx)
+            while empty:
+                tile_idx = self.claim_tile(tiles, grid_size)
+                empty = self.tile_is_empty(tiles, tile_idx)
+        return tile_idx
+
+    def tile_is_empty(self, tiles: SimpleNamespace, tile_idx: Int32):
+        """Whether tile ``tile_idx`` (of a packed batch) exists and starts past its sequence's end."""
+        last = cutlass.min(tile_idx, tiles.num_tiles - 1)
+        m_block, _, batch_idx = tile_coords(
+            last, tiles.num_m_blocks, tiles.nheads, tiles.batch, tiles.section, tiles.divisors
+        )
+        seq = SeqLens(batch_idx, tiles.seqlen_q, tiles.seqlen_k, tiles.diag_offset, *tiles.packed)
+        return (tile_idx < tiles.num_tiles) & (m_block * self.block_m >= seq.seqlen_q)
 
     @cute.jit
     def walk_published_tiles(
@@ -378,15 +426,22 @@ class FlashAttentionForwardSm90:
         m_block, head_idx, batch_idx = tile_coords(
             tile_idx, tiles.num_m_blocks, tiles.nheads, tiles.batch, tiles.section, tiles.divisors
         )
-        n_block_min, n_block_max = tiles.tile_info.n_block_range(m_block)
+        seq = SeqLens(batch_idx, tiles.seqlen_q, tiles.seqlen_k, tiles.diag_offset, *tiles.packed)
+        tile_info = tiles.tile_info
+        if cutlass.const_expr(seq.packed):  # each sequence its own lengths and diagonal
+            tile_info = TileInfo.of(
+                self.config, seq.seqlen_q, seq.seqlen_k, seq.diag_offset, tiles.window_left, tiles.window_right
+            )
+        n_block_min, n_block_max = tile_info.n_block_range(m_block)
         return SimpleNamespace(
             m_block=m_block,
             head_idx=head_idx,
-            batch_idx=batch_idx,
+            seq=seq,
+            tile_info=tile_info,
             kv_head_idx=head_idx // tiles.qheads_per_kvhead,
             n_block_min=n_block_min,
             n_block_max=n_block_max,
-            runs=tiles.tile_info.visit_runs(m_block, n_block_min, n_block_max),
+            runs=tile_info.visit_runs(m_block, n_block_min, n_block_max),
         )
 
     @cute.jit
@@ -457,9 +512,7 @@ class FlashAttentionForwardSm90:
         tile: SimpleNamespace,
     ):
         """One 64-row box per consumer warpgroup; rows past seqlen_q (even a whole warpgroup's) are zero-filled."""
-        tQsQ, tQgQ = tma.partition_tiles(
-            tma_Q, sQ, mQ[None, None, tile.head_idx, tile.batch_idx], 64, self.head_dim_padded
-        )
+        tQsQ, tQgQ = tma.partition_tiles(tma_Q, sQ, tile.seq.rows_q(mQ, tile.head_idx, 0), 64, self.head_dim_padded)
         pipe_q.producer_acquire(q_state)
         for wg in cutlass.range_constexpr(self.num_wg):
             q_tile = tile.m_block * self.num_wg + wg
@@ -482,9 +535,8 @@ class FlashAttentionForwardSm90:
         """The tiles in the consumers' order (mainloop), K one tile ahead of V: K[next] is needed before
         V[previous]. Returns the state after the tile's last stage."""
         d = self.head_dim_padded
-        kv_slice = (None, None, tile.kv_head_idx, tile.batch_idx)
-        tKsK, tKgK = tma.partition_tiles(tma_K, sK, mK[kv_slice], self.block_n, d)
-        tVsV, tVgV = tma.partition_tiles(tma_V, sV, mV[kv_slice], self.block_n, d)
+        tKsK, tKgK = tma.partition_tiles(tma_K, sK, tile.seq.rows_k(mK, tile.kv_head_idx, 0), self.block_n, d)
+        tVsV, tVgV = tma.partition_tiles(tma_V, sV, tile.seq.rows_k(mV, tile.kv_head_idx, 0), self.block_n, d)
         load_k = partial(self.load_tile, pipe_k, tma_atom=tma_K, tXgX=tKgK, tXsX=tKsK)
         load_v = partial(self.load_tile, pipe_v, tma_atom=tma_V, tXgX=tVgV, tXsX=tVsV)
         prev = tile.n_block_max - 1
@@ -532,7 +584,6 @@ class FlashAttentionForwardSm90:
         pipes: SimpleNamespace,
         tiles: SimpleNamespace,
         scale_log2: Float32,
-        seqlen_q: Int32,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
     ):
@@ -582,7 +633,7 @@ class FlashAttentionForwardSm90:
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         consume_one_tile = partial(
-            self.consume_one_tile, mO, mLSE, tma_O, sO[None, None, wg], mma, pipes, softmax, mask, tiles, seqlen_q, wg
+            self.consume_one_tile, mO, mLSE, tma_O, sO[None, None, wg], mma, pipes, softmax, mask, tiles, wg
         )
         self.walk_published_tiles(tiles, pipes.tile, consume_one_tile, q_state, kv_state)
         if wg_tidx < 32:
@@ -600,7 +651,6 @@ class FlashAttentionForwardSm90:
         softmax: OnlineSoftmax,
         mask: AttentionMask,
         tiles: SimpleNamespace,
-        seqlen_q: Int32,
         wg: Int32,
         tile_idx: Int32,
         q_state: pipeline.PipelineState,
@@ -608,6 +658,8 @@ class FlashAttentionForwardSm90:
     ):
         """Steps 3 to 7 of one tile; returns the advanced pipeline states."""
         tile = self.tile_at(tiles, tile_idx)
+        if cutlass.const_expr(self.config.packed):
+            mask = mask.with_tile_info(tile.tile_info)
         mma.acc_O.fill(0.0)
         softmax.reset()
         pipes.q.consumer_wait(q_state)
@@ -615,7 +667,7 @@ class FlashAttentionForwardSm90:
             kv_state = self.mainloop(mma, pipes, softmax, mask, tile, wg, kv_state)
         if cutlass.const_expr(not self.config.o_aliases_q):
             pipes.q.consumer_release(q_state)  # the next tile's Q may load while this one's O is stored
-        self.epilogue(mO, mLSE, tma_O, sO, softmax, mma.acc_O, mma.tiled_mma_pv, tile, seqlen_q, wg)
+        self.epilogue(mO, mLSE, tma_O, sO, softmax, mma.acc_O, mma.tiled_mma_pv, tile, wg)
         if cutlass.const_expr(self.config.o_aliases_q):
             pipes.q.consumer_release(q_state)  # O has left Q's shared memory
         q_state.advance()
@@ -632,17 +684,21 @@ class FlashAttentionForwardSm90:
         acc_O: cute.Tensor,
         tiled_mma_pv: cute.TiledMma,
         tile: SimpleNamespace,
-        seqlen_q: Int32,
         wg: Int32,
     ):
-        """Step 7: O = U / l, LSE; O leaves through this warpgroup's part of sQ, by TMA."""
+        """Step 7: O = U / l, LSE; O leaves through this warpgroup's part of sQ (or its own buffer), by TMA, or in a
+        packed batch by the threads' stores of the rows inside the sequence."""
         wg_tidx = cute.arch.thread_idx()[0] % 128
         inv_sum, lse = softmax.finalize()
         softmax.rescale_o(acc_O, inv_sum)
         q_tile = tile.m_block * self.num_wg + wg
-        self.store_o(mO, tma_O, sO, acc_O, tiled_mma_pv, tile, q_tile, wg, wg_tidx)
-        gLSE = cute.local_tile(mLSE[tile.batch_idx, tile.head_idx, None], (64,), (q_tile,))
-        store_lse(lse, gLSE, tiled_mma_pv.get_slice(wg_tidx), (64, self.head_dim_padded), seqlen_q - q_tile * 64)
+        rows_left = tile.seq.seqlen_q - q_tile * 64
+        if cutlass.const_expr(self.config.packed):
+            self.store_packed_o(mO, sO, acc_O, tiled_mma_pv, tile, q_tile, wg, wg_tidx, rows_left)
+        else:
+            self.store_o(mO, tma_O, sO, acc_O, tiled_mma_pv, tile, q_tile, wg, wg_tidx)
+        gLSE = cute.local_tile(tile.seq.row_stats(mLSE, tile.head_idx), (64,), (q_tile,))
+        store_lse(lse, gLSE, tiled_mma_pv.get_slice(wg_tidx), (64, self.head_dim_padded), rows_left)
 
     @cute.jit
     def mainloop(
@@ -832,8 +888,8 @@ class FlashAttentionForwardSm90:
         cute.copy(smem_copy, thr_copy.retile(rO), thr_copy.partition_D(sO))
         cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to the TMA unit
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER + wg, number_of_threads=128)
+        gO = cute.local_tile(tile.seq.rows_q(mO, tile.head_idx, 0), (64, self.head_dim_padded), (q_tile, 0))
         if wg_tidx < 32:
-            gO = cute.local_tile(mO[None, None, tile.head_idx, tile.batch_idx], (64, self.head_dim_padded), (q_tile, 0))
             tOsO, tOgO = cpasync.tma_partition(
                 tma_O, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2), cute.group_modes(gO, 0, 2)
             )
@@ -841,3 +897,39 @@ class FlashAttentionForwardSm90:
             cute.arch.cp_async_bulk_commit_group()
             if cutlass.const_expr(self.config.o_aliases_q):
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+    @cute.jit
+    def store_packed_o(
+        self,
+        mO: cute.Tensor,
+        sO: cute.Tensor,
+        acc_O: cute.Tensor,
+        tiled_mma_pv: cute.TiledMma,
+        tile: SimpleNamespace,
+        q_tile: Int32,
+        wg: Int32,
+        wg_tidx: Int32,
+        rows_left: Int32,
+    ):
+        """Registers -> this warpgroup's (64, D) shared-memory tile -> 16-byte stores of the rows before
+        ``rows_left``: a TMA box would run on into the next sequence's rows, which another tile writes.
+
+        The first barrier makes every thread wait until the warpgroup's threads have read the previous tile's O out
+        of the buffer (the reads are synchronous, so no bulk-copy wait is needed)."""
+        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER + wg, number_of_threads=128)
+        d = self.head_dim_padded
+        gO = cute.local_tile(tile.seq.rows_q(mO, tile.head_idx), (64, d), (q_tile, 0))
+        gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy(self.dtype, d, 128, False)
+        store_o(
+            acc_O,
+            sO,
+            gO,
+            tiled_mma_pv,
+            gmem_tiled_copy_O,
+            wg_tidx,
+            rows_left,
+            mO.shape[3],
+            not self.config.exact_head_dim,
+            barrier_threads=128,
+            barrier_id=EPILOGUE_BARRIER + wg,
+        )
