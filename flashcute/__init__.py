@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -11,17 +12,18 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 if TYPE_CHECKING:
-    from flashcute.interface import available_kernels, flash_attn_func
+    from flashcute.interface import available_kernels, flash_attn_func, flash_attn_varlen_func
+    from flashcute.padding import pad_input, unpad_input
 
-__all__ = ["__version__", "available_kernels", "flash_attn_func"]
-_API = {"available_kernels", "flash_attn_func"}
+__all__ = ["__version__", "available_kernels", "flash_attn_func", "flash_attn_varlen_func", "pad_input", "unpad_input"]
+_API = {"available_kernels", "flash_attn_func", "flash_attn_varlen_func", "pad_input", "unpad_input"}
+_FROM_PADDING = {"pad_input", "unpad_input"}  # the rest of _API comes from flashcute.interface
 
 
 def __getattr__(name: str) -> Any:
     """The API is imported on first use, so that `import flashcute` (and `flashcute --help`) does not load torch."""
     if name in _API:
-        from flashcute import interface
-
-        value = globals()[name] = getattr(interface, name)  # later lookups find it without this call
+        module = import_module("flashcute.padding" if name in _FROM_PADDING else "flashcute.interface")
+        value = globals()[name] = getattr(module, name)  # later lookups find it without this call
         return value
     raise AttributeError(f"module 'flashcute' has no attribute {name!r}")

@@ -116,7 +116,8 @@ def test_check_compiles_and_reports(capsys):
     rows = [line.split() for line in out.splitlines() if line.startswith("sm_80 ")]
     # 2 dtypes x (4 mask variants x 4 kernels (forward; dK/dV with and without dQ atomics; deterministic dQ)
     # + the backward's preprocess, with and without zeroing dQaccum, and its postprocess, which have no mask)
-    assert len(rows) == 38
+    # + the 4 kernels' packed variable-length variants, 4 masks with the dtypes in turn (in_packed_sample)
+    assert len(rows) == 38 + 16
     kinds = {row[1].split("-")[0] for row in rows}
     assert kinds == {"float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost"}
     assert all(int(row[2]) <= 255 for row in rows)  # registers

@@ -43,7 +43,8 @@ PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for t
 
 def full_matrix() -> list[tuple[object, str]]:
     """Every (config, target): the heuristics' picks exact at every bucket and padded at PADDED_BUCKET (packed
-    variable-length variants: a sample, in_packed_sample), the alternative tiles with E in place of S, and E in place of S at D=256 without a mask."""
+    variable-length variants: a sample, in_packed_sample), the alternative tiles with E in place of S, and E in
+    place of S at D=256 without a mask."""
     variants = []
     for arch in ARCHS:
         exact = registry.variants(arch, exact_only=True)
