@@ -49,24 +49,40 @@ class SeqLens:
     def rows_q(self, mX: cute.Tensor, head_idx: Int32, seq_mode: int = 1) -> cute.Tensor:
         """This sequence's (seqlen, head_dim) slice of head ``head_idx`` of a q-like (batch, seqlen, heads,
         head_dim) tensor, or with ``seq_mode=0`` of a TMA view (seqlen, head_dim, heads, batch)."""
-        return self._rows(mX, head_idx, seq_mode, self.offset_q)
+        return self._head(self.heads_q(mX, seq_mode), head_idx, seq_mode)
 
     def rows_k(self, mX: cute.Tensor, head_idx: Int32, seq_mode: int = 1) -> cute.Tensor:
         """As rows_q, for k-like tensors (k, v, dk, dv)."""
-        return self._rows(mX, head_idx, seq_mode, self.offset_k)
+        return self._head(self.heads_k(mX, seq_mode), head_idx, seq_mode)
+
+    def heads_q(self, mX: cute.Tensor, seq_mode: int = 1) -> cute.Tensor:
+        """This sequence's rows of every head: (seqlen, heads, head_dim), or (seqlen, head_dim, heads) with
+        ``seq_mode=0``. (A loop over heads slices this, made before it: the DSL carries no Python object through
+        a run-time loop.)"""
+        return self._sequence(mX, seq_mode, self.offset_q)
+
+    def heads_k(self, mX: cute.Tensor, seq_mode: int = 1) -> cute.Tensor:
+        """As heads_q, for k-like tensors."""
+        return self._sequence(mX, seq_mode, self.offset_k)
 
     def row_stats(self, mX: cute.Tensor, head_idx: Int32, offset: Int32 | None = None) -> cute.Tensor:
         """This sequence's (seqlen,) row of head ``head_idx`` of a (batch, heads, seqlen) float32 tensor (LSE, D),
         at ``offset`` rows into a packed one (default: its Q offset)."""
-        if cutlass.const_expr(not self.packed):
-            return mX[self.batch_idx, head_idx, None]
-        return cute.domain_offset((self.offset_q if offset is None else offset,), mX[0, head_idx, None])
+        return self.heads_stats(mX, offset)[head_idx, None]
 
-    def _rows(self, mX: cute.Tensor, head_idx: Int32, seq_mode: int, offset: Int32) -> cute.Tensor:
-        if cutlass.const_expr(seq_mode == 1):
-            if cutlass.const_expr(not self.packed):
-                return mX[self.batch_idx, None, head_idx, None]
-            return cute.domain_offset((offset, 0), mX[0, None, head_idx, None])
+    def heads_stats(self, mX: cute.Tensor, offset: Int32 | None = None) -> cute.Tensor:
+        """As row_stats for every head: (heads, seqlen)."""
         if cutlass.const_expr(not self.packed):
-            return mX[None, None, head_idx, self.batch_idx]
-        return cute.domain_offset((offset, 0), mX[None, None, head_idx, 0])
+            return mX[self.batch_idx, None, None]
+        return cute.domain_offset((0, self.offset_q if offset is None else offset), mX[0, None, None])
+
+    def _sequence(self, mX: cute.Tensor, seq_mode: int, offset: Int32) -> cute.Tensor:
+        batch = (self.batch_idx, None, None, None) if seq_mode == 1 else (None, None, None, self.batch_idx)
+        if cutlass.const_expr(not self.packed):
+            return mX[batch]
+        first = (0, None, None, None) if seq_mode == 1 else (None, None, None, 0)
+        return cute.domain_offset((offset, 0, 0), mX[first])
+
+    @staticmethod
+    def _head(mX: cute.Tensor, head_idx: Int32, seq_mode: int) -> cute.Tensor:
+        return mX[None, head_idx, None] if seq_mode == 1 else mX[None, None, head_idx]

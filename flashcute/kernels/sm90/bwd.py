@@ -23,7 +23,9 @@ Warpgroup 0 is the producer: one warp loads K and V once, then Q with its LSE an
 into a ring of num_stages buffers guarded by mbarriers (TMA for the tiles, bulk copies for the two rows of
 statistics). Warpgroups 1 and 2 are consumers, 64 key rows each. The host passes LSE * log2(e) and D padded to
 whole Q tiles (+inf and 0 past seqlen_q, +inf where a row saw no key), so the recomputed P is 0 on every row that
-must not contribute. K/V rows past seqlen_k load as zeros and are masked, so no NaN reaches dQ.
+must not contribute. K/V rows past seqlen_k load as zeros and are masked, so no NaN reaches dQ. In a packed batch
+(common/seqlen.py) those rows are the next sequence's, as finite and as masked, and each sequence's LSE and D rows
+start on a whole Q tile (family.PaddedStatsRows).
 """
 
 import dataclasses
@@ -45,6 +47,7 @@ from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import TransposedMask
 from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
+from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softmax import LOG2_E, recompute_probs_t, softmax_grad_t
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, store_probs, transpose_view
@@ -128,6 +131,12 @@ class FlashAttentionBackwardSm90:
         window_left: Int32,
         window_right: Int32,
         stream: cuda.CUstream,
+        mCuSeqlensQ: cute.Tensor | None = None,  # packed batches (common/seqlen.py)
+        mCuSeqlensK: cute.Tensor | None = None,
+        mSeqUsedQ: cute.Tensor | None = None,
+        mSeqUsedK: cute.Tensor | None = None,
+        max_seqlen_q: Int32 | None = None,
+        max_seqlen_k: Int32 | None = None,
     ):
         d, bm, bn, stages = self.head_dim_padded, self.block_m, self.block_n, self.num_stages
         sQ_layout = tma.smem_layout(self.dtype, bm, d, stages)  # also dO's
@@ -176,7 +185,10 @@ class FlashAttentionBackwardSm90:
 
         assert SharedStorage.size_in_bytes() <= self.config.smem_bytes(), "Sm90BwdConfig.smem_bytes undercounts"
 
-        num_n_blocks = cute.ceil_div(mK.shape[1], bn)
+        batch, seqlen_q, seqlen_k = mK.shape[0], mQ.shape[1], mK.shape[1]
+        if cutlass.const_expr(self.config.packed):
+            batch, seqlen_q, seqlen_k = mSeqUsedK.shape[0], max_seqlen_q, max_seqlen_k
+        num_n_blocks = cute.ceil_div(seqlen_k, bn)
         self.kernel(
             tQ,
             tK,
@@ -192,6 +204,10 @@ class FlashAttentionBackwardSm90:
             tma_V,
             tma_dO,
             tma_dQ,
+            mCuSeqlensQ,
+            mCuSeqlensK,
+            mSeqUsedQ,
+            mSeqUsedK,
             softmax_scale,
             diag_offset,
             window_left,
@@ -199,9 +215,10 @@ class FlashAttentionBackwardSm90:
             num_n_blocks,
             # Under a mask, K/V tiles go longest first in sections of kv heads whose Q and dO fit in L2 together;
             # without one, every K/V tile of a head before the next head (all the same length).
-            heads_per_section(mQ.shape[1] * (mQ.shape[2] // mK.shape[2]), d)
+            heads_per_section(seqlen_q * (mQ.shape[2] // mK.shape[2]), d)
             if cutlass.const_expr(self.config.mask_right)
             else 1,
+            batch,
             mQ.shape[1],
             mK.shape[1],
             mQ.shape[3],
@@ -215,7 +232,7 @@ class FlashAttentionBackwardSm90:
             mmas.dq,
             SharedStorage,
         ).launch(
-            grid=[num_n_blocks * mK.shape[2] * mK.shape[0], 1, 1],
+            grid=[num_n_blocks * mK.shape[2] * batch, 1, 1],
             block=[self.config.num_threads, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
@@ -240,12 +257,17 @@ class FlashAttentionBackwardSm90:
         tma_V: cute.CopyAtom,
         tma_dO: cute.CopyAtom,
         tma_dQ: cute.CopyAtom,
+        mCuSeqlensQ: cute.Tensor | None,
+        mCuSeqlensK: cute.Tensor | None,
+        mSeqUsedQ: cute.Tensor | None,
+        mSeqUsedK: cute.Tensor | None,
         softmax_scale: Float32,
         diag_offset: Int32,
         window_left: Int32,
         window_right: Int32,
         num_n_blocks: Int32,
         section: Int32,
+        batch: Int32,
         seqlen_q: Int32,
         seqlen_k: Int32,
         head_dim: Int32,
@@ -302,16 +324,24 @@ class FlashAttentionBackwardSm90:
         # ---- step 1: our K/V tile, and the (query head, Q tile) pairs that see it
         bidx, _, _ = cute.arch.block_idx()
         nheads_k = mK.shape[2]
-        tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
         # longest first: under a causal mask the first K/V tiles are seen by the most Q tiles (scheduler.py)
-        last_first, kv_head_idx, batch_idx = tile_coords(bidx, num_n_blocks, nheads_k, mK.shape[3], section)
+        last_first, kv_head_idx, batch_idx = tile_coords(bidx, num_n_blocks, nheads_k, batch, section)
         n_block = num_n_blocks - 1 - last_first
+        seq = SeqLens(batch_idx, seqlen_q, seqlen_k, diag_offset, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK)
+        tile_info = TileInfo.of(cfg, seq.seqlen_q, seq.seqlen_k, seq.diag_offset, window_left, window_right)
         m_block_min, m_block_max = tile_info.m_block_range(n_block)
+        stats_offset = Int32(0)
+        if cutlass.const_expr(seq.packed):
+            if n_block * self.block_n >= seq.seqlen_k:  # past a shorter sequence's end: no keys, no Q tile to walk
+                m_block_max = m_block_min
+            # the sequence's rows of LSE and D start on a whole Q tile, padded_stats_offset (family.py)
+            stats_offset = (seq.offset_q + batch_idx * self.block_m) // self.block_m * self.block_m
         qheads_per_kvhead = mQ.shape[2] // nheads_k
         work = SimpleNamespace(
             n_block=n_block,
             kv_head_idx=kv_head_idx,
-            batch_idx=batch_idx,
+            seq=seq,
+            stats_offset=stats_offset,
             first_head_idx=kv_head_idx * qheads_per_kvhead,
             qheads_per_kvhead=qheads_per_kvhead,
             m_block_min=m_block_min,
@@ -334,8 +364,6 @@ class FlashAttentionBackwardSm90:
                 work,
                 tile_info,
                 softmax_scale,
-                seqlen_q,
-                seqlen_k,
                 head_dim,
                 tiled_mma_sdp,
                 tiled_mma_dkv,
@@ -364,27 +392,29 @@ class FlashAttentionBackwardSm90:
         d = self.head_dim_padded
         pipe_kv, pipe_q, pipe_do = pipes.kv, pipes.q, pipes.do
         num_tiles = work.qheads_per_kvhead * work.num_m_blocks
+        gK, gV = (work.seq.rows_k(mX, work.kv_head_idx, 0) for mX in (mK, mV))
         if num_tiles > 0:
             kv_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-            kv_slice = (None, None, work.kv_head_idx, work.batch_idx)
-            tKsK, tKgK = tma.partition_tiles(tma_K, smem.sK, mK[kv_slice], self.block_n, d)
-            tVsV, tVgV = tma.partition_tiles(tma_V, smem.sV, mV[kv_slice], self.block_n, d)
+            tKsK, tKgK = tma.partition_tiles(tma_K, smem.sK, gK, self.block_n, d)
+            tVsV, tVgV = tma.partition_tiles(tma_V, smem.sV, gV, self.block_n, d)
             pipe_kv.producer_acquire(kv_state)
             barrier = pipe_kv.producer_get_barrier(kv_state)
             cute.copy(tma_K, tKgK[None, work.n_block], tKsK[None, 0], tma_bar_ptr=barrier)
             cute.copy(tma_V, tVgV[None, work.n_block], tVsV[None, 0], tma_bar_ptr=barrier)
         bulk = cute.make_copy_atom(cpasync.CopyBulkG2SOp(), Float32)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        # this sequence's rows of every query head (sliced out before the loop: SeqLens.heads_q)
+        mQ_s, mdO_s = (work.seq.heads_q(mX, 0) for mX in (mQ, mdO))
+        mLSE_s, mD_s = (work.seq.heads_stats(mX, work.stats_offset) for mX in (mLSE, mD))
         for t in cutlass.range(num_tiles, unroll=1):
             head_idx = work.first_head_idx + t // work.num_m_blocks
             m_block = work.m_block_min + t % work.num_m_blocks
-            q_slice = (None, None, head_idx, work.batch_idx)
             for pipe, tma_atom, mX, sX, mStat, sStat in (
-                (pipe_q, tma_Q, mQ, smem.sQ, mLSE, smem.sLSE),
-                (pipe_do, tma_dO, mdO, smem.sdO, mD, smem.sD),
+                (pipe_q, tma_Q, mQ_s, smem.sQ, mLSE_s, smem.sLSE),
+                (pipe_do, tma_dO, mdO_s, smem.sdO, mD_s, smem.sD),
             ):
-                tXsX, tXgX = tma.partition_tiles(tma_atom, sX, mX[q_slice], self.block_m, d)
-                gStat = cute.local_tile(mStat[work.batch_idx, head_idx, None], (self.block_m,), (m_block,))
+                tXsX, tXgX = tma.partition_tiles(tma_atom, sX, mX[None, None, head_idx], self.block_m, d)
+                gStat = cute.local_tile(mStat[head_idx, None], (self.block_m,), (m_block,))
                 pipe.producer_acquire(state)
                 barrier = pipe.producer_get_barrier(state)
                 cute.copy(tma_atom, tXgX[None, m_block], tXsX[None, state.index], tma_bar_ptr=barrier)
@@ -405,8 +435,6 @@ class FlashAttentionBackwardSm90:
         work: SimpleNamespace,
         tile_info: TileInfo,
         softmax_scale: Float32,
-        seqlen_q: Int32,
-        seqlen_k: Int32,
         head_dim: Int32,
         tiled_mma_sdp: cute.TiledMma,
         tiled_mma_dkv: cute.TiledMma,
@@ -480,11 +508,10 @@ class FlashAttentionBackwardSm90:
         # ---- step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes)
         mma.acc_dK.store(mma.acc_dK.load() * softmax_scale)
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=CONSUMER_THREADS)  # done reading sK, sV
-        kv_slice = (work.batch_idx, None, work.kv_head_idx, None)
-        rows_left = seqlen_k - work.n_block * bn
+        rows_left = work.seq.seqlen_k - work.n_block * bn
         gmem_store = make_gmem_tiled_copy(self.dtype, d, CONSUMER_THREADS, False)
         for acc, sX, mX in ((mma.acc_dK, smem.sK, mdK), (mma.acc_dV, smem.sV, mdV)):
-            gX = cute.local_tile(mX[kv_slice], (bn, d), (work.n_block, 0))
+            gX = cute.local_tile(work.seq.rows_k(mX, work.kv_head_idx), (bn, d), (work.n_block, 0))
             store_o(
                 acc,
                 sX[None, None, 0],
@@ -574,10 +601,10 @@ class FlashAttentionBackwardSm90:
         cute.copy(mma.store_dQ, mma.store_dQ.retile(acc_dQ), mma.store_dQ.partition_D(mma.sdQ))
         cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to the TMA unit
         cute.arch.barrier(barrier_id=DQ_BARRIER + wg, number_of_threads=128)
+        # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
+        box = (m_block * 2 + wg, 0) if cutlass.const_expr(self.config.dq_split_rows) else (m_block, wg)
+        gdQ = cute.local_tile(work.seq.rows_q(mdQaccum, head_idx, 0), (64, self.dq_cols), box)
         if wg_tidx < 32:
-            # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
-            box = (m_block * 2 + wg, 0) if cutlass.const_expr(self.config.dq_split_rows) else (m_block, wg)
-            gdQ = cute.local_tile(mdQaccum[None, None, head_idx, work.batch_idx], (64, self.dq_cols), box)
             tdQsdQ, tdQgdQ = cpasync.tma_partition(
                 tma_dQ, 0, cute.make_layout(1), cute.group_modes(mma.sdQ, 0, 2), cute.group_modes(gdQ, 0, 2)
             )

@@ -215,8 +215,11 @@ def sm90_bwd_supports(head_dim: int) -> bool:
 
 
 @functools.cache
-def sm90_bwd_config(head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1) -> Sm90BwdConfig:
-    """The heuristic for the Hopper backward kernel (window_right = 0 is causal)."""
+def sm90_bwd_config(
+    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, packed: bool = False
+) -> Sm90BwdConfig:
+    """The heuristic for the Hopper backward kernel (window_right = 0 is causal; ``packed`` as in
+    sm90_fwd_config)."""
     bucket = head_dim_bucket(head_dim)
     tiles = _backward_tiles(bucket)
     if tiles is None:
@@ -230,4 +233,5 @@ def sm90_bwd_config(head_dim: int, dtype: str, window_left: int = -1, window_rig
         block_n=tiles[1],
         mask_right=mask_right,
         mask_left=mask_left,
+        packed=packed,
     )

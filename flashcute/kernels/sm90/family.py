@@ -61,13 +61,14 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
     stats = (p.padded_row_stats(), p.padded_row_stats())
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), *stats, p.q_like(cutlass.Float32))
     kernel = FlashAttentionBackwardSm90(config)
-    return compile_kernel(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like())
+    packed = p.packed_batch() if config.packed else ()
+    return compile_kernel(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like(), after=packed)
 
 
 def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, list]:
     """The heuristics' configs by kernel kind, per dtype x head-dim bucket x (window_left, window_right) (x exact
     and padded head dim); the backward at the buckets it has tiles for."""
-    found = {"fwd": [], "bwd": [], "fwd-packed": []}
+    found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": []}
     if arch not in ARCHS:
         return found
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
@@ -75,10 +76,10 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found["fwd"].append(sm90_fwd_config(head_dim, dtype, *window))
             if sm90_bwd_supports(head_dim):
                 found["bwd"].append(sm90_bwd_config(head_dim, dtype, *window))
-    found["fwd-packed"] = [  # packed batches: the exact head dims (packing is orthogonal to padding)
-        sm90_fwd_config(bucket, dtype, *window, packed=True)
-        for dtype, bucket, window in itertools.product(dtypes, buckets, masks)
-    ]
+    for dtype, bucket, window in itertools.product(dtypes, buckets, masks):  # packed batches: exact head dims
+        found["fwd-packed"].append(sm90_fwd_config(bucket, dtype, *window, packed=True))
+        if sm90_bwd_supports(bucket):
+            found["bwd-packed"].append(sm90_bwd_config(bucket, dtype, *window, packed=True))
     return found
 
 
@@ -155,7 +156,7 @@ def padded_lse_log2(lse: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def supports_backward(head_dim: int, deterministic: bool, packed: bool) -> bool:
-    return not deterministic and not packed and sm90_bwd_supports(head_dim)
+    return not deterministic and sm90_bwd_supports(head_dim)
 
 
 def backward(
@@ -173,21 +174,56 @@ def backward(
     packed_args: tuple | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the preprocess D = rowsum(dO * O) (and dQaccum zeroed); the Hopper kernel, which adds dQ by TMA
-    reduce-adds of whole tiles and applies softmax_scale; the postprocess casts dQ. Dense batches only
-    (supports_backward): ``packed_args`` must be None."""
+    reduce-adds of whole tiles and applies softmax_scale; the postprocess casts dQ. ``packed_args``: a packed
+    variable-length batch's (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in
+    the rows of PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written)."""
     batch, seqlen_q, nheads, head_dim = q.shape
-    config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right)
-    rows = -(-seqlen_q // config.block_m) * config.block_m  # whole Q tiles, bulk-copied a tile at a time
-    delta = torch.empty((batch, nheads, rows), dtype=torch.float32, device=q.device)
+    packed = packed_args is not None
+    config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right, packed=packed)
     dq_accum = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    if packed:
+        stats_rows = PaddedStatsRows(packed_args[0], seqlen_q, config.block_m)
+        delta = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+    else:
+        rows = -(-seqlen_q // config.block_m) * config.block_m  # whole Q tiles, bulk-copied a tile at a time
+        delta = torch.empty((batch, nheads, rows), dtype=torch.float32, device=q.device)
     prepost.preprocess(dout, out, delta[..., :seqlen_q], dq_accum)
-    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk, dv = ((torch.zeros if packed else torch.empty)(t.shape, dtype=t.dtype, device=t.device) for t in (k, v))
     q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
-    if rows > seqlen_q:
-        delta[..., seqlen_q:] = 0.0
-    lse_log2 = padded_lse_log2(lse, rows)
+    if packed:
+        lse_log2 = stats_rows.scatter(math.inf, padded_lse_log2(lse, seqlen_q))
+        delta = stats_rows.scatter(0.0, delta)
+    else:
+        if rows > seqlen_q:
+            delta[..., seqlen_q:] = 0.0
+        lse_log2 = padded_lse_log2(lse, rows)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     tensors = (q, k, v, dout, lse_log2, delta, dq_accum, dk, dv)
-    run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars)
+    run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *(packed_args or DENSE))
     prepost.postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
     return dq, dk, dv
+
+
+class PaddedStatsRows:
+    """Where a packed batch's rows of LSE and D go for the Hopper backward, which bulk-copies them a whole Q tile
+    at a time from 16-byte aligned addresses: sequence b's rows start at (cu_seqlens_q[b] + b * block_m) rounded
+    down to a multiple of block_m (the kernel computes the same offset), which leaves each sequence room for its
+    last tile's padding. ``scatter`` makes a (1, nheads, rows) tensor of ``values`` (1, nheads, total_q) in those
+    rows and ``padding`` elsewhere: a few launches, no host sync. Rows past cu_seqlens_q[-1] (of no sequence) go
+    to a spare tile past the last sequence's, which no thread block reads."""
+
+    def __init__(self, cu_seqlens_q: torch.Tensor, total_q: int, block_m: int):
+        batch = cu_seqlens_q.shape[0] - 1
+        spare = -(-(total_q + batch * block_m) // block_m) * block_m
+        self.rows = spare + block_m
+        tokens = torch.arange(total_q, dtype=torch.int32, device=cu_seqlens_q.device)
+        sequence = torch.searchsorted(cu_seqlens_q[1:], tokens, right=True).clamp_(max=batch - 1)
+        starts = cu_seqlens_q[:-1]
+        shift = (starts + torch.arange(batch, dtype=torch.int32, device=tokens.device) * block_m) // block_m * block_m
+        index = tokens + (shift - starts)[sequence]
+        self.index = torch.where(tokens < cu_seqlens_q[-1], index, spare).long()
+
+    def scatter(self, padding: float, values: torch.Tensor) -> torch.Tensor:
+        padded = torch.full((*values.shape[:-1], self.rows), padding, dtype=values.dtype, device=values.device)
+        return padded.index_copy_(-1, self.index, values)
