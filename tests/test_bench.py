@@ -1,30 +1,38 @@
-"""flashcute.bench on the CPU: FLOP counts, the grid and its flags, the sweep's bookkeeping (timing faked), the
-correctness check, reports, JSON, --compare, plots, and the command without a GPU."""
+"""flashcute.bench on the CPU: FLOP counts, the grid and its flags, the packed variable-length case, the sweep's
+bookkeeping (timing faked), the correctness check, reports, JSON, --compare, plots, and the command without a
+GPU."""
 
 import argparse
 import itertools
+import json
 import os
 import re
 import subprocess
 import sys
+from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from flashcute.bench import cli, runner
-from flashcute.bench.backends import Backend, select_backends
+import flashcute
+from flashcute.bench import backends as bench_backends
+from flashcute.bench import cli, inputs, runner
+from flashcute.bench.backends import Backend, flashcute_backend, registry, select_backends
 from flashcute.bench.check import Checker
 from flashcute.bench.flops import attention_flops
-from flashcute.bench.grid import FULL, GridSpec, Shape, make_grid
+from flashcute.bench.grid import FULL, VARLEN, GridSpec, Shape, VarlenSpec, make_grid, packed_lengths
 from flashcute.bench.inputs import make_inputs, rotation_count
 from flashcute.bench.passes import make_step
 from flashcute.bench.plot import write_plots
-from flashcute.bench.report import compare, group_table, render, speedup
+from flashcute.bench.report import PACKED_NOTE, compare, group_table, render, speedup
 from flashcute.bench.results import Results, Row
 from flashcute.bench.runner import Settings, classify, sweep
 from flashcute.reference import attention_same_precision
+from tests.helpers import time_on_the_cpu
 
 SHAPE = Shape(dtype="bf16", headdim=128, causal=False, seqlen=4096, batch=4, nheads=16)
+PACKED = Shape(dtype="bf16", headdim=32, causal=True, seqlen=48, batch=3, nheads=2, lengths=(16, 48, 32))
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -72,6 +80,38 @@ def test_quick_grid_and_timing():
     assert spec.dtypes == ("bf16",) and spec.headdims == (256,) and spec.batch == 2
     assert cli.settings(args) == Settings(warmup_ms=5.0, rep_ms=20.0)
     assert cli.settings(parse("--pass", "bwd", "--repeats", "50", "--no-check")) == Settings("bwd", 25.0, 50.0, False)
+
+
+def test_varlen_grid_packs_seeded_lengths_beside_a_dense_batch_of_as_many_tokens():
+    shapes = make_grid(VARLEN)
+    assert [(s.causal, s.packed) for s in shapes] == [(False, True), (False, False), (True, True), (True, False)]
+    assert all((s.dtype, s.headdim, s.nheads, s.tokens) == ("bf16", 128, 16, 65536) for s in shapes)
+    packed, dense = shapes[:2]
+    assert (dense.batch, dense.seqlen, dense.lengths) == (16, 4096, ())
+    lengths = packed.lengths
+    assert sum(lengths) == 65536 and all(256 <= n <= 8192 for n in lengths[:-1]) and 0 < lengths[-1] <= 8192
+    assert (packed.batch, packed.seqlen) == (len(lengths), max(lengths))
+    # one draw of random.Random(0), the same in every group and every run
+    assert shapes[2].lengths == lengths == packed_lengths(65536, 256, 8192, seed=0)
+    assert lengths[:3] == (7173, 3411, 6465) and packed_lengths(65536, 256, 8192, seed=1) != lengths
+
+
+def test_varlen_flags_quick_and_refusals(capsys):
+    packed, dense = make_grid(cli.grid_spec(parse("--varlen", "--quick", "--causal", "yes", "--nheads", "8")))
+    assert sum(packed.lengths) == 4096 and all(64 <= n <= 1024 for n in packed.lengths[:-1])
+    assert (dense.batch, dense.seqlen, dense.packed) == (4, 1024, False)
+    assert all(s.causal and s.nheads == 8 for s in (packed, dense))
+    assert cli.settings(parse("--varlen", "--quick")) == Settings(warmup_ms=5.0, rep_ms=20.0)
+    # checked before the GPU: the answer is the same on any machine
+    assert cli.main(["--varlen", "--batch", "8"]) == 2
+    assert "drop --seqlen and --batch" in capsys.readouterr().err
+
+
+def test_packed_flops_are_counted_per_sequence():
+    assert PACKED.flops("bwd") == sum(attention_flops(1, 2, n, n, 32, causal=True, pass_="bwd") for n in (16, 48, 32))
+    equal = Shape("bf16", 32, True, 48, 3, 2, lengths=(48, 48, 48))
+    assert equal.flops("fwd") == Shape("bf16", 32, True, 48, 3, 2).flops("fwd")  # as many as the dense batch
+    assert PACKED.tokens == 96 and PACKED.label() == "bf16 · D=32 · causal · L=packed 16..48 B=3 (96 tokens) H=2"
 
 
 @pytest.mark.parametrize(
@@ -127,6 +167,54 @@ def test_math_sdpa_only_on_small_sizes():
     assert "GiB" in math_sdpa.supports(Shape("bf16", 128, False, 16384, 1, 16), "fwd")
 
 
+def test_sdpa_and_flex_refuse_packed_batches_fa4_takes_them():
+    known = registry()
+    for name in ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "sdpa-math", "flex"):
+        assert known[name].supports(PACKED, "fwd").startswith("no packed variable-length batches:"), name
+        assert known[name].supports(Shape("bf16", 32, True, 48, 3, 2), "fwd") is None, name
+    assert known["fa4"].supports(PACKED, "fwd+bwd") is None
+
+
+def varlen_same_precision(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, kernel=None):
+    """flash_attn_varlen_func on the CPU: attention_same_precision sequence by sequence."""
+    lengths = cu_seqlens_q.diff().tolist()
+    assert cu_seqlens_q.dtype == torch.int32 and torch.equal(cu_seqlens_q, cu_seqlens_k) and sum(lengths) == len(q)
+    assert max_seqlen_q == max_seqlen_k == max(lengths)
+    parts = zip(*(t.split(lengths) for t in (q, k, v)), strict=True)
+    return torch.cat([attention_same_precision(qs[None], ks[None], vs[None], causal=causal)[0] for qs, ks, vs in parts])
+
+
+def stand_in_flashcute(last_sequence_scale: float = 1.0, calls: list | None = None) -> SimpleNamespace:
+    """flashcute's two entry points on the CPU, each call's name and keyword arguments appended to ``calls``; the
+    varlen one's last sequence scaled by ``last_sequence_scale``."""
+    calls = [] if calls is None else calls
+
+    def flash_attn_func(q, k, v, causal, kernel):
+        calls.append(("flash_attn_func", {"causal": causal, "kernel": kernel}))
+        return attention_same_precision(q, k, v, causal=causal)
+
+    def flash_attn_varlen_func(q, k, v, **kwargs):
+        calls.append(("flash_attn_varlen_func", kwargs))
+        out = varlen_same_precision(q, k, v, **kwargs)
+        last = int(kwargs["cu_seqlens_q"][-2])
+        return torch.cat([out[:last], out[last:] * last_sequence_scale])
+
+    return SimpleNamespace(flash_attn_func=flash_attn_func, flash_attn_varlen_func=flash_attn_varlen_func)
+
+
+def test_flashcute_backend_runs_packed_shapes_through_the_varlen_entry(cpu_clock):
+    calls: list[tuple[str, dict]] = []
+    backend = flashcute_backend("flashcute-sm80", stand_in_flashcute(calls=calls), "sm80")
+    assert backend.supports(PACKED, "fwd+bwd") is None
+    for shape in (PACKED, Shape("bf16", 32, True, 48, 2, 2)):
+        x = make_inputs(shape, with_grad=False, device="cpu")
+        assert backend.build(shape)(x.q, x.k, x.v).shape == x.q.shape
+    (varlen, kwargs), dense = calls
+    assert varlen == "flash_attn_varlen_func" and kwargs["cu_seqlens_q"].tolist() == [0, 16, 64, 96]
+    assert (kwargs["max_seqlen_q"], kwargs["causal"], kwargs["kernel"]) == (48, True, "sm80")
+    assert dense == ("flash_attn_func", {"causal": True, "kernel": "sm80"})
+
+
 def _attention_backend(name: str, scale: float = 1.0, detach: bool = False) -> Backend:
     def build(shape: Shape):
         def attention(q, k, v):
@@ -147,16 +235,22 @@ def _failing_backend(name: str, exc: Exception) -> Backend:
 
 
 @pytest.fixture
-def cpu_sweep(monkeypatch):
-    """The sweep with CPU inputs and fake clocks: every timed row takes 1 ms."""
+def cpu_clock(monkeypatch):
+    """The sweep with CPU inputs (packed shapes' sequence bounds too) and fake clocks: every timed row takes 1 ms."""
     monkeypatch.setattr(runner, "make_rotation", lambda shape, with_grad: [make_inputs(shape, with_grad, "cpu")])
     monkeypatch.setattr(runner, "wall_ms", lambda call: (5.0, call()))
+    monkeypatch.setattr(bench_backends, "cu_seqlens", partial(inputs.cu_seqlens, device="cpu"))
 
     def one_ms(step, warmup_ms, rep_ms):
         step()
         return 1.0
 
     monkeypatch.setattr(runner, "gpu_time_ms", one_ms)
+
+
+@pytest.fixture
+def cpu_sweep(cpu_clock):
+    """A group of two dense shapes swept on the CPU (`cpu_clock`); rows by (backend, seqlen)."""
     shapes = make_grid(
         GridSpec(dtypes=("bf16",), headdims=(32,), causals=(True,), seqlens=(64, 128), batch=2, nheads=3)
     )
@@ -186,6 +280,25 @@ def test_sweep_backward_checks_gradients_and_reports_no_backward(cpu_sweep):
     good = rows[("flashcute-good", 64)]
     assert good.status == "ok" and set(good.errors) == {"out", "dq", "dk", "dv"}
     assert rows[("fwd-only", 64)].status == "unsupported" and rows[("fwd-only", 64)].reason.startswith("no backward")
+
+
+def test_sweep_checks_packed_and_dense_shapes_of_a_group_apart(cpu_clock):
+    spec = VarlenSpec(headdims=(32,), causals=(True,), tokens=96, min_len=8, max_len=48, dense_batch=2, nheads=2)
+    backends = [
+        flashcute_backend("flashcute-good", stand_in_flashcute(), "sm80"),
+        flashcute_backend("flashcute-bad", stand_in_flashcute(last_sequence_scale=1.1), "sm80"),
+        registry()["sdpa-math"],
+    ]
+    rows = {(r.backend, r.shape.packed): r for r in sweep(make_grid(spec), backends, Settings("fwd+bwd"))}
+    good = rows[("flashcute-good", True)]
+    assert good.status == "ok" and set(good.errors) == {"out", "dq", "dk", "dv"}
+    assert rows[("flashcute-good", False)].errors is not None  # the dense entry point is checked on its own
+    bad = rows[("flashcute-bad", True)]  # wrong in the last sequence only: the check samples it
+    assert bad.status == "wrong" and "(checked at L=packed " in bad.reason and "out max_abs" in bad.reason
+    assert rows[("flashcute-bad", False)].status == "ok"
+    refused = rows[("sdpa-math", True)]
+    assert refused.status == "unsupported" and refused.reason.startswith("no packed variable-length batches:")
+    assert rows[("sdpa-math", False)].status == "ok"
 
 
 def test_round_order_gives_every_item_every_predecessor():
@@ -315,6 +428,19 @@ def test_results_saved_with_one_host_figure_a_backend_still_load(tmp_path):
     assert loaded.host_overhead_us == {"fa4": {"bwd": 236.0}, "flex": {"bwd": "no"}} and loaded.first_call_s == {}
 
 
+def test_packed_rows_round_trip_and_rows_saved_without_lengths_load(tmp_path):
+    results = Results(
+        {"pass": "fwd"}, [Row("fa4", PACKED, "fwd", "ok", ms=1.0), Row("fa4", SHAPE, "fwd", "ok", ms=2.0)]
+    )
+    results.save(tmp_path / "results.json")
+    loaded = Results.load(tmp_path / "results.json")
+    assert loaded == results and loaded.rows[0].shape.lengths == (16, 48, 32)
+    assert {row.key for row in loaded.rows} == {row.key for row in results.rows}  # shapes hash as they did
+    old_row = {name: value for name, value in results.rows[1].to_dict().items() if name != "lengths"}
+    (tmp_path / "old.json").write_text(json.dumps({"meta": {}, "rows": [old_row]}))
+    assert Results.load(tmp_path / "old.json").rows == results.rows[1:]
+
+
 def test_json_round_trip_and_compare(tmp_path):
     old = synthetic()
     old.save(tmp_path / "results.json")
@@ -356,3 +482,25 @@ def test_first_calls_report_each_cache_state_and_call():
     assert list(found["sdpa-flash"]) == [f"{s} {c}" for s in host.CACHE_STATES for c in host.FIRST_CALLS]
     values = found["sdpa-flash"].values()
     assert all(isinstance(v, str) and v for v in values) or all(isinstance(v, float) for v in values)
+
+
+def test_bench_varlen_quick_on_a_cpu_stand_in(monkeypatch, cpu_clock, tmp_path, capsys):
+    """`flashcute bench --varlen --quick` end to end, flashcute's entry points and the clocks standing in."""
+    package = stand_in_flashcute()
+    monkeypatch.setattr(flashcute, "available_kernels", lambda: ["sm80"], raising=False)
+    monkeypatch.setattr(flashcute, "flash_attn_func", package.flash_attn_func, raising=False)
+    monkeypatch.setattr(flashcute, "flash_attn_varlen_func", package.flash_attn_varlen_func, raising=False)
+    time_on_the_cpu(monkeypatch, lambda: 1.0)
+    flags = ["--varlen", "--quick", "--causal", "yes", "--backends", "flashcute-sm80,sdpa-math", "--out", str(tmp_path)]
+    assert cli.main(flags) == 0, capsys.readouterr().err
+    saved = Results.load(tmp_path / "results.json")
+    assert [(row.backend, row.shape.packed, row.status) for row in saved.rows] == [
+        ("flashcute-sm80", True, "ok"),
+        ("sdpa-math", True, "unsupported"),
+        ("flashcute-sm80", False, "ok"),
+        ("sdpa-math", False, "ok"),
+    ]
+    assert saved.host_overhead_us == {} and saved.meta["grid"]["tokens"] == 4096
+    text = re.sub(" +", " ", (tmp_path / "results.md").read_text())
+    assert PACKED_NOTE in text and "| packed 105..975 | 7 | 4 |" in text and "| 1k | 4 | 4 |" in text
+    assert [path.name for path in tmp_path.glob("*.png")] == ["fwd_bf16_d128_causal.png"]

@@ -137,7 +137,70 @@ _SM90_D256_CLAIMS = (
     "code around the K/V loops (claimed index, first tile, epilogue) and the producer warp's loop spill a few "
     "scalars: 8 bytes of stack, 3-10 spill instructions, none in the K/V step loops"
 )
+_PACKED_MMA_SYNC = (
+    "the mma.sync kernels built for packed variable-length batches, at the dense variants' tiles, which already use "
+    "all 255 registers a thread (several spill dense too): the sequence's offsets and lengths (kernels/common/"
+    "seqlen.py) and the per-row limits computed from them tip these over, 8-143 spill instructions; their speed is "
+    "held by the benchmark (flashcute bench --varlen), not by this table"
+)
+_PACKED_SM90_WIDE = (
+    "Hopper forward at head dims 192 and 256 for packed batches: as _SM90_D256_CLAIMS, with a sequence's offsets and "
+    "lengths beside the claimed index in the per-tile code: 5-35 spill instructions outside the K/V step loops"
+)
 KNOWN_SPILLS: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "sm_80-bfloat16-d128-128x64w4s1-lazy8-nomask-packed",
+            "sm_80-bfloat16-d128-128x64w4s2-lazy8-left-packed",
+            "sm_80-bfloat16-d32-128x128w4s1-both-packed",
+            "sm_80-bfloat16-d32-128x128w4s1-right-packed",
+            "sm_80-bfloat16-d64-128x128w4s2-left-packed",
+            "sm_80-bfloat16-d64-128x128w4s2-nomask-packed",
+            "sm_80-bfloat16-d96-128x64w4s1-both-packed",
+            "sm_80-bfloat16-d96-128x64w4s1-right-packed",
+            "sm_80-bwdnodq-bfloat16-d128-64x128w8-left-packed",
+            "sm_80-bwdnodq-bfloat16-d128-64x128w8-nomask-packed",
+            "sm_80-float16-d128-128x64w4s2-lazy8-both-packed",
+            "sm_80-float16-d128-128x64w4s2-lazy8-right-packed",
+            "sm_80-float16-d32-128x128w4s1-left-packed",
+            "sm_80-float16-d32-128x128w4s1-nomask-packed",
+            "sm_80-float16-d64-128x128w4s2-both-packed",
+            "sm_80-float16-d64-128x128w4s2-right-packed",
+            "sm_80-float16-d96-128x64w4s1-left-packed",
+            "sm_80-float16-d96-128x64w4s1-nomask-packed",
+            "sm_90a-bfloat16-d128-128x64w4s1-lazy8-nomask-packed",
+            "sm_90a-bfloat16-d128-128x64w4s2-lazy8-left-packed",
+            "sm_90a-bfloat16-d256-128x128w8s1-left-packed",
+            "sm_90a-bfloat16-d256-128x128w8s1-nomask-packed",
+            "sm_90a-bfloat16-d32-128x128w4s1-both-packed",
+            "sm_90a-bfloat16-d64-128x128w4s2-left-packed",
+            "sm_90a-bfloat16-d64-128x128w4s2-nomask-packed",
+            "sm_90a-bfloat16-d96-128x64w4s1-both-packed",
+            "sm_90a-bwd-bfloat16-d128-64x128w8-left-packed",
+            "sm_90a-bwdnodq-bfloat16-d128-64x128w8-left-packed",
+            "sm_90a-bwdnodq-bfloat16-d128-64x128w8-nomask-packed",
+            "sm_90a-bwdnodq-float16-d128-64x128w8-both-packed",
+            "sm_90a-bwdnodq-float16-d128-64x128w8-right-packed",
+            "sm_90a-float16-d128-128x64w4s2-lazy8-both-packed",
+            "sm_90a-float16-d128-128x64w4s2-lazy8-right-packed",
+            "sm_90a-float16-d256-128x128w8s1-both-packed",
+            "sm_90a-float16-d256-128x128w8s1-right-packed",
+            "sm_90a-float16-d64-128x128w4s2-both-packed",
+            "sm_90a-float16-d64-128x128w4s2-right-packed",
+            "sm_90a-float16-d96-128x64w4s1-nomask-packed",
+        ],
+        _PACKED_MMA_SYNC,
+    ),
+    **dict.fromkeys(
+        [
+            "sm_90a-sm90-bfloat16-d192-128x96s2-early-lazy8e-both-packed",
+            "sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8-nomask-packed",
+            "sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8e-left-packed",
+            "sm_90a-sm90-float16-d256-128x80s2-early-lazy8e-both-packed",
+            "sm_90a-sm90-float16-d256-128x80s2-early-lazy8e-right-packed",
+        ],
+        _PACKED_SM90_WIDE,
+    ),
     **dict.fromkeys(
         [
             f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}"

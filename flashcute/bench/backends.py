@@ -3,6 +3,7 @@
 Names: flashcute-<kernel> for each kernel flashcute.interface.available_kernels() offers on this GPU; fa4
 (flash-attn-4, CuTe DSL); sdpa-cudnn, sdpa-flash, sdpa-efficient and sdpa-math (PyTorch SDPA with that backend
 forced); flex (FlexAttention under torch.compile, the Triton kernel a Python user would otherwise pick).
+flashcute and fa4 run packed shapes through their flash_attn_varlen_func; SDPA and flex refuse them.
 """
 
 import importlib.util
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from flashcute.bench.grid import Shape
+from flashcute.bench.inputs import cu_seqlens
 from flashcute.bench.passes import AttentionFn
 
 MATH_MAX_SCORES_BYTES = 1 << 30
@@ -25,6 +27,8 @@ SDPA_BACKENDS = {
     "efficient": "EFFICIENT_ATTENTION",
     "math": "MATH",
 }
+SDPA_PACKED = "SDPA takes them only as nested tensors, not timed here"
+FLEX_PACKED = "FlexAttention needs a document mask for them, not timed here"
 
 
 def _supports_all(shape: Shape, pass_: str) -> str | None:
@@ -57,6 +61,23 @@ def _unavailable(name: str, reason: str) -> Backend:
     return Backend(name, refuse_build, supports=lambda shape, pass_: reason, available=lambda: reason)
 
 
+def _varlen_arguments(shape: Shape) -> dict[str, torch.Tensor | int]:
+    """flash_attn_varlen_func's sequence arguments for a packed shape: q, k and v share one packing."""
+    starts = cu_seqlens(shape)
+    return {"cu_seqlens_q": starts, "cu_seqlens_k": starts, "max_seqlen_q": shape.seqlen, "max_seqlen_k": shape.seqlen}
+
+
+def _dense_only(
+    why: str, supports: Callable[[Shape, str], str | None] = _supports_all
+) -> Callable[[Shape, str], str | None]:
+    """`supports` for a backend that does not run packed shapes (``why`` not), and otherwise asks ``supports``."""
+
+    def dense_only(shape: Shape, pass_: str) -> str | None:
+        return f"no packed variable-length batches: {why}" if shape.packed else supports(shape, pass_)
+
+    return dense_only
+
+
 def _heads_first(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """(batch, seqlen, nheads, headdim) views as (batch, nheads, seqlen, headdim), the layout of SDPA and flex."""
     return tuple(t.transpose(1, 2) for t in tensors)
@@ -66,9 +87,14 @@ def _heads_first(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def flashcute_backend(name: str, package: ModuleType, kernel: str) -> Backend:
-    """``package.flash_attn_func`` with ``kernel``: flashcute's, or that of another tree's copy of the package."""
+    """``package.flash_attn_func`` with ``kernel``, or its flash_attn_varlen_func for a packed shape: flashcute's, or
+    those of another tree's copy of the package."""
 
     def build(shape: Shape) -> AttentionFn:
+        if shape.packed:
+            return partial(
+                package.flash_attn_varlen_func, **_varlen_arguments(shape), causal=shape.causal, kernel=kernel
+            )
         return partial(package.flash_attn_func, causal=shape.causal, kernel=kernel)
 
     return Backend(name, build)
@@ -98,10 +124,15 @@ def _fa4_available() -> str | None:
 
 
 def _build_fa4(shape: Shape) -> AttentionFn:
-    from flash_attn.cute import flash_attn_func
+    if shape.packed:
+        from flash_attn.cute import flash_attn_varlen_func
+
+        call = partial(flash_attn_varlen_func, **_varlen_arguments(shape))  # by keyword: its order is not flashcute's
+    else:
+        from flash_attn.cute import flash_attn_func as call
 
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        out = flash_attn_func(q, k, v, causal=shape.causal)
+        out = call(q, k, v, causal=shape.causal)
         return out[0] if isinstance(out, tuple) else out  # some versions return (out, lse)
 
     return attention
@@ -132,7 +163,7 @@ def _sdpa(kind: str) -> Backend:
 
         return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[kind]))
 
-    supports = _math_fits if kind == "math" else _supports_all
+    supports = _dense_only(SDPA_PACKED, _math_fits if kind == "math" else _supports_all)
     return Backend(f"sdpa-{kind}", _build_sdpa, supports=supports, context=forced)
 
 
@@ -175,7 +206,7 @@ def registry() -> dict[str, Backend]:
         _sdpa("cudnn"),
         _sdpa("flash"),
         _sdpa("efficient"),
-        Backend("flex", _build_flex, available=_flex_available),
+        Backend("flex", _build_flex, supports=_dense_only(FLEX_PACKED), available=_flex_available),
         _sdpa("math"),
     ]
     return {backend.name: backend for backend in backends}

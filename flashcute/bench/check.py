@@ -3,9 +3,11 @@
 A backend passes when its error (max abs and relative L2) is at most twice the error of the same attention
 computed by plain PyTorch ops in the input precision, plus a small atol. To keep the float64 reference cheap on
 big shapes the backend runs on the real shape and only a sample of it is compared: the first and last batch
-element, the first and last head (batch and heads are independent, so the sample is a problem of its own).
+element, the first and last head (batch and heads are independent, so the sample is a problem of its own). Of a
+packed batch the sample is its first and last sequences, packed the same way, and the first and last head.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -18,11 +20,20 @@ ATOL = {"max_abs": 1e-3, "rel_l2": 1e-4}
 sample does not shrink the budget to nothing."""
 
 
-def sample(t: torch.Tensor) -> torch.Tensor:
-    """(batch, seqlen, nheads, headdim) -> the first and last batch element and head."""
+def sample(t: torch.Tensor, lengths: tuple[int, ...] = ()) -> torch.Tensor:
+    """(batch, seqlen, nheads, headdim) -> the first and last batch element and head; a packed (tokens, nheads,
+    headdim) of sequences ``lengths`` -> the rows of its first and last sequences (`sampled_lengths`) and heads."""
+    heads = sorted({0, t.shape[-2] - 1})
+    if lengths:
+        ends = [t[: lengths[0]], t[len(t) - lengths[-1] :]] if len(lengths) > 1 else [t]
+        return torch.cat(ends)[:, heads]
     batches = sorted({0, t.shape[0] - 1})
-    heads = sorted({0, t.shape[2] - 1})
     return t[batches][:, :, heads]
+
+
+def sampled_lengths(lengths: tuple[int, ...]) -> tuple[int, ...]:
+    """The sequences `sample` keeps of a packed batch: its first and last."""
+    return (lengths[0], lengths[-1]) if len(lengths) > 1 else lengths
 
 
 def errors(got: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
@@ -36,6 +47,8 @@ class Reference:
 
     expected: dict[str, torch.Tensor]
     budget: dict[str, dict[str, float]]
+    lengths: tuple[int, ...] = ()
+    """The packed batch's sequence lengths, to sample a backend's tensors as the inputs were; empty when dense."""
 
 
 def _outputs(attention, qkv: list[torch.Tensor], dout: torch.Tensor | None, causal: bool) -> dict[str, torch.Tensor]:
@@ -48,18 +61,32 @@ def _outputs(attention, qkv: list[torch.Tensor], dout: torch.Tensor | None, caus
     return {"out": out.detach(), "dq": dq, "dk": dk, "dv": dv}
 
 
-def make_reference(inputs: InputSet, causal: bool) -> Reference:
+def _per_sequence(attention: Callable[..., torch.Tensor], lengths: tuple[int, ...]) -> Callable[..., torch.Tensor]:
+    """``attention`` over a packed (tokens, nheads, headdim) batch of sequences ``lengths``, one at a time."""
+
+    def packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+        parts = zip(*(t.split(lengths) for t in (q, k, v)), strict=True)
+        return torch.cat([attention(qs[None], ks[None], vs[None], causal=causal)[0] for qs, ks, vs in parts])
+
+    return packed
+
+
+def make_reference(inputs: InputSet, shape: Shape) -> Reference:
     from flashcute.reference import attention_ref, attention_same_precision
 
-    qkv = [sample(t) for t in (inputs.q, inputs.k, inputs.v)]
-    dout = None if inputs.dout is None else sample(inputs.dout)
-    expected = _outputs(attention_ref, [t.double() for t in qkv], None if dout is None else dout.double(), causal)
-    baseline = _outputs(attention_same_precision, qkv, dout, causal)
+    exact, same_precision = attention_ref, attention_same_precision
+    if shape.packed:
+        lengths = sampled_lengths(shape.lengths)
+        exact, same_precision = _per_sequence(exact, lengths), _per_sequence(same_precision, lengths)
+    qkv = [sample(t, shape.lengths) for t in (inputs.q, inputs.k, inputs.v)]
+    dout = None if inputs.dout is None else sample(inputs.dout, shape.lengths)
+    expected = _outputs(exact, [t.double() for t in qkv], None if dout is None else dout.double(), shape.causal)
+    baseline = _outputs(same_precision, qkv, dout, shape.causal)
     budget = {
         name: {metric: 2 * err + ATOL[metric] for metric, err in errors(baseline[name], expected[name]).items()}
         for name in expected
     }
-    return Reference(expected, budget)
+    return Reference(expected, budget, shape.lengths)
 
 
 def judge(got: dict[str, torch.Tensor], reference: Reference) -> tuple[dict[str, dict[str, float]], str]:
@@ -69,37 +96,45 @@ def judge(got: dict[str, torch.Tensor], reference: Reference) -> tuple[dict[str,
     """
     report, failures = {}, []
     for name, expected in reference.expected.items():
-        err = errors(sample(got[name]), expected)
+        err = errors(sample(got[name], reference.lengths), expected)
         budget = reference.budget[name]
         report[name] = {**err, **{f"{metric}_budget": value for metric, value in budget.items()}}
         failures += [f"{name} {m} {err[m]:.3g} > {budget[m]:.3g}" for m in err if not err[m] <= budget[m]]
     return report, "; ".join(failures)
 
 
+def _verdict_key(backend: str, shape: Shape) -> tuple[str, tuple[str, int, bool], bool]:
+    """What one check answers for: a backend on a group's dense shapes, or on its packed ones (another entry point
+    and other kernels)."""
+    return (backend, shape.group, shape.packed)
+
+
 class Checker:
-    """Checks each backend once per (dtype, headdim, causal) group, on the group's first shape where the backend
-    runs; the verdict then holds for the whole group."""
+    """Checks each backend once per (dtype, headdim, causal) group and layout (dense or packed), on the first such
+    shape where the backend runs; the verdict then holds for the group's shapes of that layout."""
 
     def __init__(self) -> None:
-        self._verdicts: dict[tuple[str, tuple], str] = {}
+        self._verdicts: dict[tuple[str, tuple[str, int, bool], bool], str] = {}
         self._reference: tuple[Shape, Reference] | None = None
 
     def pending(self, backend: str, shape: Shape) -> bool:
-        return (backend, shape.group) not in self._verdicts
+        return _verdict_key(backend, shape) not in self._verdicts
 
     def check(
         self, backend: str, shape: Shape, inputs: InputSet, got: dict[str, torch.Tensor]
     ) -> dict[str, dict[str, float]]:
         report, failure = judge(got, self._reference_for(shape, inputs))
-        self._verdicts[(backend, shape.group)] = failure and f"wrong (checked at L={shape.seqlen}): {failure}"
+        self._verdicts[_verdict_key(backend, shape)] = (
+            failure and f"wrong (checked at L={shape.length_label}): {failure}"
+        )
         return report
 
     def wrong(self, backend: str, shape: Shape) -> str:
-        """Why the backend is wrong on this shape's group, or "" if it is not known to be."""
-        return self._verdicts.get((backend, shape.group), "")
+        """Why the backend is wrong on this shape's group and layout, or "" if it is not known to be."""
+        return self._verdicts.get(_verdict_key(backend, shape), "")
 
     def _reference_for(self, shape: Shape, inputs: InputSet) -> Reference:
         """The reference for the shape's inputs (the sweep makes one input rotation per shape)."""
         if self._reference is None or self._reference[0] != shape:
-            self._reference = (shape, make_reference(inputs, shape.causal))
+            self._reference = (shape, make_reference(inputs, shape))
         return self._reference[1]

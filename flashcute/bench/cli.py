@@ -11,7 +11,7 @@ from flashcute.bench import meta
 from flashcute.bench.backends import select_backends
 from flashcute.bench.command import add_grid_arguments, add_timing_arguments, grid_from_flags, no_gpu
 from flashcute.bench.flops import PASSES
-from flashcute.bench.grid import FULL, QUICK, GridSpec, make_grid
+from flashcute.bench.grid import FULL, QUICK, VARLEN, VARLEN_QUICK, GridSpec, VarlenSpec, make_grid, seqlen_label
 from flashcute.bench.host import first_calls, host_overheads
 from flashcute.bench.plot import write_plots
 from flashcute.bench.report import compare, render
@@ -24,6 +24,7 @@ QUICK_TIMING_MS = (5.0, 20.0)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     grid = add_grid_arguments(parser, FULL, "grid (default: design.md's; each flag narrows or overrides it)")
     grid.add_argument("--quick", action="store_true", help="a tiny grid and short timing, for smoke tests")
+    grid.add_argument("--varlen", action="store_true", help=_varlen_help())
     parser.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd", help="what is timed (default: fwd)")
     parser.add_argument(
         "--backends",
@@ -37,7 +38,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_timing_arguments(parser, rounds=1)
 
 
-def grid_spec(args: argparse.Namespace) -> GridSpec:
+def _varlen_help() -> str:
+    def case(spec: VarlenSpec) -> str:
+        dense = f"{spec.dense_batch} x {seqlen_label(spec.tokens // spec.dense_batch)}"
+        lengths = f"{spec.min_len}..{spec.max_len} tokens (a seeded draw)"
+        return f"{spec.tokens:,} tokens in sequences of {lengths} beside {dense}"
+
+    return (
+        "time the packed variable-length case instead of the grid: per dtype (default: "
+        f"{','.join(VARLEN.dtypes)}), head dim (default: {','.join(map(str, VARLEN.headdims))}) and mask, "
+        f"{case(VARLEN)}, {VARLEN.nheads} heads: one flash_attn_varlen_func call against the dense call of as many "
+        f"tokens (--quick: {case(VARLEN_QUICK)}, {VARLEN_QUICK.nheads} heads). --seqlen and --batch do not apply"
+    )
+
+
+def grid_spec(args: argparse.Namespace) -> GridSpec | VarlenSpec:
+    if args.varlen:
+        return grid_from_flags(args, VARLEN_QUICK if args.quick else VARLEN)
     return grid_from_flags(args, QUICK if args.quick else FULL)
 
 
@@ -70,7 +87,11 @@ def progress(rows: Iterator[Row], total: int) -> Iterator[Row]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The sweep; 0 when any row was timed, 1 when none could be, 2 without a GPU or with an unreadable --compare."""
+    """The sweep; 0 when any row was timed, 1 when none could be, 2 without a GPU, with an unreadable --compare or
+    with --varlen and a flag it does not take."""
+    if args.varlen and (args.seqlen or args.batch):
+        print("flashcute bench: --varlen sets its own lengths and batch; drop --seqlen and --batch", file=sys.stderr)
+        return 2
     if no_gpu("bench"):
         return 2
     try:
@@ -85,9 +106,10 @@ def run(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     extra = {"pass": config.pass_, "settings": dataclasses.asdict(config), "grid": dataclasses.asdict(spec)}
     results = Results(meta.collect({**extra, "skipped_backends": skipped}))
-    results.host_overhead_us = host_overheads(backends, shapes[0])
-    if not args.quick:  # a fresh process per backend and cache state: about a minute
-        results.first_call_s = first_calls(backends, shapes[0])
+    if not args.varlen:  # tiny dense calls: the default grid's run gives these figures
+        results.host_overhead_us = host_overheads(backends, shapes[0])
+        if not args.quick:  # a fresh process per backend and cache state: about a minute
+            results.first_call_s = first_calls(backends, shapes[0])
     for row in progress(sweep(shapes, backends, config), total=len(shapes) * len(backends)):
         results.rows.append(row)
         results.save(out_dir / "results.json")  # after every row: an interrupted run keeps what it measured

@@ -10,9 +10,10 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from flashcute.bench.grid import DTYPES, HIDDEN, TOKENS, GridSpec, seqlen_label
+from flashcute.bench.grid import DTYPES, HIDDEN, TOKENS, GridSpec, VarlenSpec, seqlen_label
 
 T = TypeVar("T")
+Spec = TypeVar("Spec", GridSpec, VarlenSpec)
 BOOLS = {"no": False, "false": False, "0": False, "yes": True, "true": True, "1": True}
 
 
@@ -77,8 +78,8 @@ def add_grid_arguments(
     return grid
 
 
-def grid_from_flags(args: argparse.Namespace, default: GridSpec) -> GridSpec:
-    """``default`` with the grid flags that were given."""
+def grid_from_flags(args: argparse.Namespace, default: Spec) -> Spec:
+    """``default`` with the grid flags that were given (a VarlenSpec takes no --seqlen or --batch)."""
     flags = {
         "dtypes": args.dtype,
         "headdims": args.headdim,

@@ -1,5 +1,6 @@
 """Input tensors for a shape, rotated so that no call finds its inputs in L2 left there by an earlier call."""
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -13,7 +14,8 @@ MAX_SETS = 32
 
 @dataclass(frozen=True)
 class InputSet:
-    """q, k, v: (batch, seqlen, nheads, headdim); dout: the output's gradient, for passes with a backward."""
+    """q, k, v: (batch, seqlen, nheads, headdim), or (tokens, nheads, headdim) for a packed shape; dout: the output's
+    gradient, for passes with a backward."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -23,12 +25,18 @@ class InputSet:
 
 def make_inputs(shape: Shape, with_grad: bool, device: str = "cuda") -> InputSet:
     """Standard normal inputs (never zeros: a kernel that writes nothing must not pass the check)."""
-    size = (shape.batch, shape.seqlen, shape.nheads, shape.headdim)
+    rows = (shape.tokens,) if shape.packed else (shape.batch, shape.seqlen)
+    size = (*rows, shape.nheads, shape.headdim)
 
     def randn(requires_grad: bool) -> torch.Tensor:
         return torch.randn(size, dtype=shape.torch_dtype, device=device, requires_grad=requires_grad)
 
     return InputSet(randn(with_grad), randn(with_grad), randn(with_grad), randn(False) if with_grad else None)
+
+
+def cu_seqlens(shape: Shape, device: str = "cuda") -> torch.Tensor:
+    """A packed shape's sequence starts and the end, int32 (batch + 1,): flash_attn_varlen_func's cu_seqlens."""
+    return torch.tensor([0, *itertools.accumulate(shape.lengths)], dtype=torch.int32, device=device)
 
 
 def l2_bytes() -> int:

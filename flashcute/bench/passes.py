@@ -9,7 +9,8 @@ import torch
 from flashcute.bench.inputs import InputSet
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-"""(q, k, v) -> out, all (batch, seqlen, nheads, headdim)."""
+"""(q, k, v) -> out, all (batch, seqlen, nheads, headdim), or (tokens, nheads, headdim) for a packed shape (whose
+sequence bounds the function holds)."""
 
 
 class NoBackward(Exception):

@@ -1,8 +1,9 @@
-"""A PNG per (dtype, headdim, causal): TFLOP/s against seqlen, a line per backend."""
+"""A PNG per (dtype, headdim, causal): TFLOP/s against seqlen, a line per backend. A packed batch has no one
+sequence length: a group that holds one gets a column per shape instead, a point per backend in each."""
 
 from pathlib import Path
 
-from flashcute.bench.grid import group_label, seqlen_label
+from flashcute.bench.grid import Shape, group_label
 from flashcute.bench.results import Results, Row, backend_names, by_group
 
 
@@ -11,23 +12,30 @@ def plot_group(rows: list[Row], title: str, colors: dict[str, str], path: Path) 
 
     fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
+    shapes = list(dict.fromkeys(row.shape for row in rows))
+    by_shape = any(shape.packed for shape in shapes)
+    x: dict[Shape, float] = {shape: i if by_shape else shape.seqlen for i, shape in enumerate(shapes)}
     for backend in backend_names(rows):
         timed = [row for row in rows if row.backend == backend and row.tflops is not None]
         if not timed:
             continue
         wrong = any(row.status == "wrong" for row in timed)
         ax.plot(
-            [row.shape.seqlen for row in timed],
+            [x[row.shape] for row in timed],
             [row.tflops for row in timed],
             color=colors[backend],
             marker="o",
-            linestyle=":" if wrong else "-",
+            linestyle="none" if by_shape else ":" if wrong else "-",
             label=f"{backend} (wrong)" if wrong else backend,
         )
-    seqlens = sorted({row.shape.seqlen for row in rows})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(seqlens, [seqlen_label(seqlen) for seqlen in seqlens])
-    ax.set_xlabel("sequence length")
+    if by_shape:
+        ax.set_xlim(-0.5, len(shapes) - 0.5)
+        ax.set_xticks(range(len(shapes)), [f"L={shape.length_label}\nB={shape.batch}" for shape in shapes])
+        ax.set_xlabel("batch")
+    else:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([x[shape] for shape in shapes], [shape.length_label for shape in shapes])
+        ax.set_xlabel("sequence length")
     ax.set_ylabel("TFLOP/s")
     ax.set_ylim(bottom=0)
     ax.set_title(title)

@@ -5,10 +5,14 @@ import math
 import statistics
 from collections.abc import Iterable
 
-from flashcute.bench.grid import group_label, seqlen_label
+from flashcute.bench.grid import group_label
 from flashcute.bench.results import Results, Row, backend_names, by_group
 
 CELL = {"unsupported": "n/a", "failed": "error"}
+PACKED_NOTE = (
+    "L=packed a..b: one variable-length call over B sequences of a to b tokens, packed without padding; its FLOPs "
+    "are summed over the sequences, so its TFLOP/s compares with the dense rows."
+)
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
@@ -56,7 +60,7 @@ def _short(backend: str) -> str:
 
 
 def group_table(rows: list[Row], backends: list[str], compared: list[str]) -> str:
-    """One group's TFLOP/s, a row per seqlen, then ratio columns among the `compared` backends and their geometric
+    """One group's TFLOP/s, a row per shape, then ratio columns among the `compared` backends and their geometric
     mean."""
     pairs = ratio_pairs(compared)
     cells = {(row.shape, row.backend): row for row in rows}
@@ -67,7 +71,7 @@ def group_table(rows: list[Row], backends: list[str], compared: list[str]) -> st
     ]
     body = [
         [
-            seqlen_label(shape.seqlen),
+            shape.length_label,
             str(shape.batch),
             str(shape.nheads),
             *(_cell(cells.get((shape, backend))) for backend in backends),
@@ -82,12 +86,12 @@ def group_table(rows: list[Row], backends: list[str], compared: list[str]) -> st
 
 
 def group_notes(rows: list[Row]) -> list[str]:
-    """Why cells are n/a, error or ✗: one line per (backend, reason) with the seqlens it applies to."""
-    seqlens: dict[tuple[str, str, str], list[str]] = {}
+    """Why cells are n/a, error or ✗: one line per (backend, reason) with the lengths it applies to."""
+    lengths: dict[tuple[str, str, str], list[str]] = {}
     for row in rows:
         if row.reason:
-            seqlens.setdefault((row.backend, row.status, row.reason), []).append(seqlen_label(row.shape.seqlen))
-    return [f"- {backend} {status} (L={', '.join(ls)}): {reason}" for (backend, status, reason), ls in seqlens.items()]
+            lengths.setdefault((row.backend, row.status, row.reason), []).append(row.shape.length_label)
+    return [f"- {backend} {status} (L={', '.join(ls)}): {reason}" for (backend, status, reason), ls in lengths.items()]
 
 
 def _seconds_or_reason(value: float | str | None, digits: int) -> str:
@@ -159,6 +163,8 @@ def render(results: Results) -> str:
     compared = backend_names([row for row in results.rows if row.status == "ok"])
     parts = header_lines(results.meta)
     parts += ["", "TFLOP/s; ratios are flashcute's speedup (>1 is faster); ✗ = failed the correctness check."]
+    if any(row.shape.packed for row in results.rows):
+        parts.append(PACKED_NOTE)
     for group, rows in by_group(results.rows).items():
         parts += ["", f"## {group_label(group)}", "", group_table(rows, backends, compared), *group_notes(rows)]
     parts += ["", "## Per backend", "", backend_table(results, backends)]

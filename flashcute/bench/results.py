@@ -39,7 +39,9 @@ class Row:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Row":
-        shape = Shape(**{name: data[name] for name in Shape.__dataclass_fields__})
+        # rows saved before packed batches were timed have no lengths; JSON gives them back as a list
+        fields = {name: data[name] for name in Shape.__dataclass_fields__ if name in data}
+        shape = Shape(**{**fields, "lengths": tuple(data.get("lengths", ()))})
         names = set(cls.__dataclass_fields__) - {"shape", "pass_"}
         return cls(shape=shape, pass_=data["pass"], **{name: data[name] for name in names if name in data})
 
