@@ -1,6 +1,7 @@
 """`flashcute sanitize`: its cases (what the kernels branch on, every head-dim bucket and kernel kind), its flags and
 refusals, its reading of compute-sanitizer's output (CPU); the driver on a case of each family (GPU)."""
 
+import itertools
 import os
 import stat
 
@@ -10,7 +11,7 @@ import torch
 from flashcute.kernels import registry
 from flashcute.kernels.common.limits import HEAD_DIM_BUCKETS, head_dim_bucket
 from flashcute.tools.sanitize import CASES, sanitize
-from flashcute.validation import validate_attention_args
+from flashcute.validation import validate_attention_args, validate_varlen_args, validate_varlen_values
 from tests.helpers import no_gpu, run_main
 
 
@@ -18,16 +19,24 @@ def test_cases_are_valid_and_cover_what_the_kernels_branch_on():
     assert len({str(case) for case in CASES}) == len(CASES)
     for case in CASES:
         b, sq, sk, h, hk, d = case.sizes
-        q, k = torch.empty(b, sq, h, d), torch.empty(b, sk, hk, d)
-        validate_attention_args(q, k, k, **case.options)
-    sizes = [case.sizes for case in CASES]
+        if case.packed is None:
+            q, k = torch.empty(b, sq, h, d), torch.empty(b, sk, hk, d)
+            validate_attention_args(q, k, k, **case.options)
+        else:
+            (lens_q, lens_k), (cu_q, cu_k) = case.packed, (cumulative(lens) for lens in case.packed)
+            q, k = torch.empty(sum(lens_q), h, d), torch.empty(sum(lens_k), hk, d)
+            args = validate_varlen_args(q, k, k, cu_q, cu_k, max(lens_q), max(lens_k), **case.options)
+            validate_varlen_values(args, cu_q, cu_k, None, None)
+    packed = [case for case in CASES if case.packed is not None]
+    assert any(0 in case.packed[0] for case in packed) and any(case.backward for case in packed)
+    sizes = [case.sizes for case in CASES if case.packed is None]
     assert {head_dim_bucket(d) for *_, d in sizes} == set(HEAD_DIM_BUCKETS)
     assert any(d != head_dim_bucket(d) for *_, d in sizes), "a padded head dim"
     assert any(sq < sk for _, sq, sk, *_ in sizes) and any(sq > sk for _, sq, sk, *_ in sizes)
     assert any(h != hk for _, _, _, h, hk, _ in sizes), "GQA"
     assert any(sq == 1 for _, sq, *_ in sizes)
     assert any(case.q_strided for case in CASES)
-    options = [case.options for case in CASES]
+    options = [case.options for case in CASES if case.packed is None]
     assert any(o.get("causal_align") == "top_left" for o in options) and any("window_size" in o for o in options)
     assert {case.dtype for case in CASES} == {"float16", "bfloat16"}
 
@@ -116,3 +125,7 @@ def test_the_driver_runs_a_case_on_each_family_and_matches_the_spec(capsys):
 
     assert [line.split()[1] for line in out.splitlines() if line.startswith("ran ")] == available_kernels()
     assert "all outputs match attention_ref" in out
+
+
+def cumulative(lengths: tuple[int, ...]) -> torch.Tensor:
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)

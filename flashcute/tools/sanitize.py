@@ -21,6 +21,7 @@ seconds) and prints a table last. Exit status 0 iff the check passed and every r
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from flashcute.bench.command import comma_list, no_gpu
@@ -42,7 +44,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class Case:
     """One call: sizes (batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim), flash_attn_func options, and what
-    else it runs (backward, deterministic dQ; q as a head slice of a wider tensor)."""
+    else it runs (backward, deterministic dQ; q as a head slice of a wider tensor). With ``packed`` (the sequences'
+    query and key lengths) a packed batch through flash_attn_varlen_func instead, batch and seqlens unused."""
 
     sizes: tuple[int, int, int, int, int, int]
     options: dict = field(default_factory=dict)
@@ -50,12 +53,18 @@ class Case:
     backward: bool = False
     deterministic: bool = False
     q_strided: bool = False
+    packed: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def __str__(self) -> str:
         b, sq, sk, h, hk, d = self.sizes
         opts = "".join(f"-{key}={value}" for key, value in self.options.items())
         extra = ("-bwd" if self.backward else "") + ("-det" if self.deterministic else "")
-        return f"{self.dtype}-b{b}-q{sq}-k{sk}-h{h}x{hk}-d{d}{opts}{extra}{'-strided' if self.q_strided else ''}"
+        rows = (
+            f"b{b}-q{sq}-k{sk}"
+            if self.packed is None
+            else "packed-q{}-k{}".format(*("_".join(map(str, lens)) for lens in self.packed))
+        )
+        return f"{self.dtype}-{rows}-h{h}x{hk}-d{d}{opts}{extra}{'-strided' if self.q_strided else ''}"
 
 
 CASES = (
@@ -68,6 +77,11 @@ CASES = (
     Case((1, 97, 161, 2, 2, 192), backward=True, deterministic=True),
     Case((1, 129, 257, 2, 2, 96), {"causal": True, "softmax_scale": 0.3}, "float16", backward=True),
     Case((1, 65, 65, 2, 2, 32), {"window_size": (0, 0)}, backward=True, deterministic=True),
+    Case((0, 0, 0, 4, 2, 128), {"causal": True}, backward=True, packed=((70, 0, 130, 1), (90, 40, 129, 300))),
+    Case(
+        (0, 0, 0, 2, 1, 64), {"window_size": (20, 3)}, "float16", backward=True, packed=((33, 190, 64), (200, 17, 64))
+    ),
+    Case((0, 0, 0, 2, 2, 96), {}, backward=True, deterministic=True, packed=((5, 129), (300, 64))),
 )
 
 
@@ -103,25 +117,37 @@ def run_cases(kernels: list[str], cases: list[Case], check: bool) -> list[str]:
     output with attention_ref and return the failures as lines."""
     import torch
 
-    from flashcute import flash_attn_func
-    from flashcute.reference import attention_ref
+    from flashcute import flash_attn_func, flash_attn_varlen_func
+    from flashcute.reference import attention_ref, attention_varlen_ref
 
     failures = []
     for case in cases:
         b, sq, sk, h, hk, d = case.sizes
         dtype = getattr(torch, case.dtype)
         generator = torch.Generator(device="cuda").manual_seed(sum(case.sizes))
-        q = torch.randn(b, sq, h + (2 if case.q_strided else 0), d, device="cuda", dtype=dtype, generator=generator)
-        q = q[:, :, :h]
-        k, v = (torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, generator=generator) for _ in "kv")
+        q_rows, kv_rows = (b, sq), (b, sk)
+        if case.packed is not None:
+            lens_q, lens_k = case.packed
+            q_rows, kv_rows = (sum(lens_q),), (sum(lens_k),)
+            cu_q, cu_k = (
+                torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device="cuda") for lens in case.packed
+            )
+            attend = partial(flash_attn_varlen_func, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+            attend = partial(attend, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k))
+            reference = partial(attention_varlen_ref, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        else:
+            attend, reference = flash_attn_func, attention_ref
+        q = torch.randn(*q_rows, h + (2 if case.q_strided else 0), d, device="cuda", dtype=dtype, generator=generator)
+        q = q[..., :h, :]
+        k, v = (torch.randn(*kv_rows, hk, d, device="cuda", dtype=dtype, generator=generator) for _ in "kv")
         for kernel in kernels:
             leaves = [x.detach().clone().requires_grad_(case.backward) for x in (q, k, v)]
-            out = flash_attn_func(*leaves, deterministic=case.deterministic, kernel=kernel, **case.options)
+            out = attend(*leaves, deterministic=case.deterministic, kernel=kernel, **case.options)
             if case.backward:
                 out.backward(torch.randn_like(out))
             torch.cuda.synchronize()
             if check:
-                ref = attention_ref(q, k, v, **case.options)
+                ref = reference(q, k, v, **case.options)
                 error = (out.double() - ref).abs().max().item()
                 if not error < 0.05:
                     failures.append(f"{kernel} {case}: max |out - attention_ref| = {error:.3g}")
