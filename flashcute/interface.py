@@ -1,11 +1,11 @@
 """The PyTorch boundary: validation, dispatch to a compiled kernel, the torch.library custom ops and autograd.
 
 ``flash_attn_func`` validates everything before any launch, then allocates the outputs and launches the compiled
-kernel on the current CUDA stream through one of two doors to the same launch functions. Under ``torch.compile``
-it calls the ``flashcute::fwd`` custom op, whose gradient ``flashcute::bwd`` is registered with
-``register_autograd``; both ops have fake (meta) implementations, so a model using them traces with
-``fullgraph=True``. In eager mode it calls ``FlashAttention``, a
-``torch.autograd.Function``, since the custom op's dispatch costs several times its host time a call (EAGER_NOTE).
+kernel on the current CUDA stream. Its gradient comes from ``FlashAttention``, a ``torch.autograd.Function``, which
+launches directly in eager mode and, when dynamo traces it under ``torch.compile``, calls the custom ops
+``flashcute::fwd`` and ``flashcute::bwd``; they have fake (meta) implementations, so a model using them traces
+with ``fullgraph=True`` (EAGER_NOTE says why eager calls skip the ops). ``flash_attn_varlen_func`` is built the same
+way on the ops ``flashcute::varlen_fwd`` and ``flashcute::varlen_bwd``.
 """
 
 from __future__ import annotations
@@ -96,90 +96,72 @@ def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options)
     return out, lse
 
 
-@torch.library.custom_op("flashcute::fwd", mutates_args=())
-def _fwd(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    softmax_scale: float,
-    diag_offset: int,
-    window_left: int,
-    window_right: int,
-    kernel: str,
-    deterministic: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return forward_outputs(q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel)
+# The custom ops, defined with torch.library below the autograd layer (no Python autograd kernel of their own: an
+# op of torch.library.custom_op with register_autograd costs two more Python layers a call, 60 -> 47 us a call of a
+# compiled graph on the CPU, docs/benchmarking.md, Host overhead). Autograd is the autograd.Functions' below: in
+# eager mode they launch directly, and under torch.compile, where dynamo traces them, they call these ops, whose
+# fake implementations let a model trace with fullgraph=True.
+_LIB = torch.library.Library("flashcute", "DEF")
 
 
-@_fwd.register_fake
-def _fwd_fake(q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel, deterministic):
+def _define_op(schema: str, impl, fake) -> None:
+    name = schema.split("(", 1)[0]
+    _LIB.define(schema)
+    _LIB.impl(name, impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"flashcute::{name}", fake, lib=_LIB)
+
+
+def _fwd_fake(q, k, v, *options):
     batch, seqlen_q, nheads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
 
 
-@torch.library.custom_op("flashcute::bwd", mutates_args=())
-def _bwd(
-    dout: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-    softmax_scale: float,
-    diag_offset: int,
-    window_left: int,
-    window_right: int,
-    deterministic: bool,
-    kernel: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return launch_bwd(
-        dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, deterministic, kernel
-    )
-
-
-@_bwd.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right, deterministic, kernel):
+def _grads_fake(dout, q, k, v, *rest):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, softmax_scale, diag_offset, window_left, window_right, kernel, deterministic = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    ctx.scalars = (softmax_scale, diag_offset, window_left, window_right, deterministic, kernel)
-    ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
-
-
-def _backward_through(bwd, options: int):
-    """The backward formula of both doors, given how it reaches launch_bwd (the custom op, or directly) and how
-    many arguments after q, k and v its forward takes (no gradient for them)."""
-
-    def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = bwd(dout, q, k, v, out, lse, *ctx.scalars)
-        return dq, dk, dv, *(None,) * options
-
-    return backward
-
-
-_fwd.register_autograd(_backward_through(_bwd, 6), setup_context=_setup_context)
-
-# EAGER_NOTE: the custom op's dispatch costs several times an autograd.Function's host time a call
-# (docs/benchmarking.md, Host overhead), so eager calls take the autograd.Function, and torch.compile the op.
+_define_op(
+    "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, SymInt diag_offset, SymInt window_left, "
+    "SymInt window_right, str kernel) -> (Tensor, Tensor)",
+    forward_outputs,
+    _fwd_fake,
+)
+_define_op(
+    "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, SymInt diag_offset, "
+    "SymInt window_left, SymInt window_right, bool deterministic, str kernel) -> (Tensor, Tensor, Tensor)",
+    launch_bwd,
+    _grads_fake,
+)
 
 
 class FlashAttention(torch.autograd.Function):
-    """flash_attn_func's eager door: the custom op's forward and backward without its dispatch (EAGER_NOTE)."""
+    """flash_attn_func's differentiable door: the forward and backward launches directly in eager mode (the
+    ops' dispatch would cost more host time a call than the rest of a call, EAGER_NOTE), the custom ops when
+    dynamo traces it under torch.compile."""
 
     @staticmethod
     def forward(ctx, q, k, v, options):
-        """``options``: the custom op's arguments after v, in one tuple (apply looks at each argument it is given:
-        one tuple costs it less than six)."""
-        outputs = forward_outputs(q, k, v, *options[:-1])
-        _setup_context(ctx, (q, k, v, *options), outputs)
-        return outputs
+        """``options``: softmax_scale, diag_offset, window_left, window_right, kernel, deterministic, in one tuple
+        (apply looks at each argument it is given: one tuple costs it less than six)."""
+        scalars, deterministic = options[:-1], options[-1]
+        forward = torch.ops.flashcute.fwd.default if torch.compiler.is_compiling() else forward_outputs
+        out, lse = forward(q, k, v, *scalars)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.scalars = (*scalars[:4], deterministic, scalars[4])  # launch_bwd's order
+        ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
+        return out, lse
 
-    backward = staticmethod(_backward_through(launch_bwd, 1))
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        backward = torch.ops.flashcute.bwd.default if torch.compiler.is_compiling() else launch_bwd
+        dq, dk, dv = backward(dout, q, k, v, out, lse, *ctx.scalars)
+        return dq, dk, dv, None
+
+
+# EAGER_NOTE: a custom op's dispatch costs more host time a call than an autograd.Function's and the rest of a call
+# together (docs/benchmarking.md, Host overhead), so eager calls launch from Python and only traced calls go through
+# the ops.
 
 
 def flash_attn_func(
@@ -222,11 +204,10 @@ def flash_attn_func(
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
     q, k, v = plan.inputs(q, k, v)
-    options = (*plan.scalars, deterministic)
-    if compiling:
-        out, lse = _fwd(q, k, v, *options)
-    elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        out, lse = FlashAttention.apply(q, k, v, options)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, lse = FlashAttention.apply(q, k, v, (*plan.scalars, deterministic))
+    elif compiling:
+        out, lse = torch.ops.flashcute.fwd.default(q, k, v, *plan.scalars)
     else:
         out, lse = forward_outputs(q, k, v, *plan.scalars)
     return (out, lse) if return_lse else out
@@ -387,126 +368,47 @@ def launch_varlen_bwd(
     return tuple(g[0] for g in grads)
 
 
-@torch.library.custom_op("flashcute::varlen_fwd", mutates_args=())
-def _varlen_fwd(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    cu_seqlens_k: torch.Tensor,
-    seqused_q: torch.Tensor | None,
-    seqused_k: torch.Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    window_left: int,
-    window_right: int,
-    kernel: str,
-    deterministic: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return varlen_outputs(
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        seqused_q,
-        seqused_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        window_left,
-        window_right,
-        kernel,
-    )
-
-
-@_varlen_fwd.register_fake
-def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, *options):
+def _varlen_fwd_fake(q, k, v, *options):
     total_q, nheads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((nheads, total_q), dtype=torch.float32)
 
 
-@torch.library.custom_op("flashcute::varlen_bwd", mutates_args=())
-def _varlen_bwd(
-    dout: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    cu_seqlens_k: torch.Tensor,
-    seqused_q: torch.Tensor | None,
-    seqused_k: torch.Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    window_left: int,
-    window_right: int,
-    deterministic: bool,
-    kernel: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return launch_varlen_bwd(
-        dout,
-        q,
-        k,
-        v,
-        out,
-        lse,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        seqused_q,
-        seqused_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        window_left,
-        window_right,
-        deterministic,
-        kernel,
-    )
-
-
-@_varlen_bwd.register_fake
-def _varlen_bwd_fake(dout, q, k, v, *rest):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-def _varlen_setup_context(ctx, inputs, output) -> None:
-    q, k, v, cu_q, cu_k, used_q, used_k, max_q, max_k, scale, left, right, kernel, deterministic = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, used_q, used_k)
-    ctx.scalars = (max_q, max_k, scale, left, right, deterministic, kernel)
-    ctx.mark_non_differentiable(lse)
-
-
-def _varlen_backward_through(bwd, options: int):
-    """The backward formula of both varlen doors (as _backward_through)."""
-
-    def backward(ctx, dout, _dlse):
-        q, k, v, out, lse, cu_q, cu_k, used_q, used_k = ctx.saved_tensors
-        dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, used_q, used_k, *ctx.scalars)
-        return dq, dk, dv, *(None,) * options
-
-    return backward
-
-
-_varlen_fwd.register_autograd(_varlen_backward_through(_varlen_bwd, 11), setup_context=_varlen_setup_context)
+_SEQUENCES = "Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor? seqused_q, Tensor? seqused_k"
+_define_op(
+    f"varlen_fwd(Tensor q, Tensor k, Tensor v, {_SEQUENCES}, SymInt max_seqlen_q, SymInt max_seqlen_k, "
+    "float softmax_scale, SymInt window_left, SymInt window_right, str kernel) -> (Tensor, Tensor)",
+    varlen_outputs,
+    _varlen_fwd_fake,
+)
+_define_op(
+    f"varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_SEQUENCES}, "
+    "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, SymInt window_left, SymInt window_right, "
+    "bool deterministic, str kernel) -> (Tensor, Tensor, Tensor)",
+    launch_varlen_bwd,
+    _grads_fake,
+)
 
 
 class FlashAttentionVarlen(torch.autograd.Function):
-    """flash_attn_varlen_func's eager door (EAGER_NOTE)."""
+    """flash_attn_varlen_func's differentiable door, as FlashAttention is flash_attn_func's."""
 
     @staticmethod
     def forward(ctx, q, k, v, sequences, options):
-        """``sequences``: (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k); ``options``: the custom op's
-        arguments after them."""
-        outputs = varlen_outputs(q, k, v, *sequences, *options[:-1])
-        _varlen_setup_context(ctx, (q, k, v, *sequences, *options), outputs)
-        return outputs
+        """``sequences``: (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k); ``options``: max_seqlen_q,
+        max_seqlen_k, softmax_scale, window_left, window_right, kernel, deterministic."""
+        scalars, deterministic = options[:-1], options[-1]
+        forward = torch.ops.flashcute.varlen_fwd.default if torch.compiler.is_compiling() else varlen_outputs
+        out, lse = forward(q, k, v, *sequences, *scalars)
+        ctx.save_for_backward(q, k, v, out, lse, *sequences)
+        ctx.scalars = (*scalars[:5], deterministic, scalars[5])  # launch_varlen_bwd's order
+        ctx.mark_non_differentiable(lse)
+        return out, lse
 
-    backward = staticmethod(_varlen_backward_through(launch_varlen_bwd, 2))
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        backward = torch.ops.flashcute.varlen_bwd.default if torch.compiler.is_compiling() else launch_varlen_bwd
+        dq, dk, dv = backward(dout, *ctx.saved_tensors, *ctx.scalars)
+        return dq, dk, dv, None, None
 
 
 def flash_attn_varlen_func(
@@ -570,10 +472,10 @@ def flash_attn_varlen_func(
     window = tuple(-1 if side >= span else side for side in (args.window_left, args.window_right))
     sequences = (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     options = (args.max_seqlen_q, args.max_seqlen_k, args.softmax_scale, *window, kernel or "auto", deterministic)
-    if torch.compiler.is_compiling():
-        out, lse = _varlen_fwd(q, k, v, *sequences, *options)
-    elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = FlashAttentionVarlen.apply(q, k, v, sequences, options)
+    elif torch.compiler.is_compiling():
+        out, lse = torch.ops.flashcute.varlen_fwd.default(q, k, v, *sequences, *options[:-1])
     else:
         out, lse = varlen_outputs(q, k, v, *sequences, *options[:-1])
     return (out, lse) if return_lse else out

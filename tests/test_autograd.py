@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -23,7 +25,7 @@ def fake_cuda(mode: FakeTensorMode, *shape: int, dtype=torch.bfloat16) -> torch.
 def test_fake_kernels_propagate_shapes(fake_mode):
     with fake_mode:
         q, k, v = (fake_cuda(fake_mode, 2, n, h, 64) for n, h in ((128, 8), (96, 2), (96, 2)))
-        out, lse = torch.ops.flashcute.fwd(q, k, v, 0.125, -32, -1, 0, "auto", False)
+        out, lse = torch.ops.flashcute.fwd(q, k, v, 0.125, -32, -1, 0, "auto")
         assert (out.shape, out.dtype, out.device.type) == (q.shape, q.dtype, "cuda")
         assert (lse.shape, lse.dtype) == ((2, 8, 128), torch.float32)
         for deterministic in (False, True):
@@ -32,8 +34,11 @@ def test_fake_kernels_propagate_shapes(fake_mode):
             assert (dq.dtype, dk.dtype) == (q.dtype, k.dtype)
 
 
-def test_forward_op_has_an_autograd_formula():
-    assert torch._C._dispatch_has_kernel_for_dispatch_key("flashcute::fwd", "Autograd")
+def test_ops_have_no_python_autograd_layer():
+    """Autograd is the autograd.Functions' (interface.py): the ops themselves carry no Python autograd kernel, which
+    would cost every traced call more host time."""
+    for op in ("fwd", "bwd", "varlen_fwd", "varlen_bwd"):
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(f"flashcute::{op}", "Autograd"), op
 
 
 def test_torch_compile_traces_one_graph(fake_mode):
@@ -82,7 +87,7 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
     monkeypatch.setattr(interface, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
     monkeypatch.setattr(interface, "_plans", {})  # plans made without the CUDA checks stay in this test
     monkeypatch.setattr(interface, "launch_fwd", fake_fwd)
-    monkeypatch.setattr(interface.FlashAttention, "backward", staticmethod(interface._backward_through(fake_bwd, 1)))
+    monkeypatch.setattr(interface, "launch_bwd", fake_bwd)
     q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
     out = flash_attn_func(q, k, v, causal=True, softmax_scale=0.5)
     assert type(out.grad_fn).__name__ == "FlashAttentionBackward"
@@ -148,3 +153,35 @@ def test_a_cached_signature_still_rejects_bad_options(monkeypatch, bad, error):
     flash_attn_func(q, k, v, causal=True, window_size=(1, 0), softmax_scale=1.0)
     with pytest.raises((TypeError, ValueError), match=error):
         flash_attn_func(q, k, v, **{"causal": True, "window_size": (1, 0), "softmax_scale": 1.0, **bad})
+
+
+def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
+    """Under torch.compile (a real compile on the CPU, stand-in launches) the forward graph calls flashcute::fwd
+    once, the backward graph flashcute::bwd once, with the forward's scalars; the gradients reach q, k and v."""
+    from flashcute import interface
+
+    calls = stand_in_launches(monkeypatch)
+    calls.clear()
+
+    def fake_bwd(dout, q, k, v, out, lse, *scalars):
+        calls.append(("bwd", scalars))
+        return dout * 2, torch.ones_like(k), torch.zeros_like(v)
+
+    family = SimpleNamespace(backward=fake_bwd)  # what launch_bwd, the op's implementation, launches
+    monkeypatch.setattr(interface.registry, "backward_family", lambda *args: family)
+    graphs = []
+
+    def capture(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    backend = torch._dynamo.backends.common.aot_autograd(fw_compiler=capture, bw_compiler=capture)
+    attend = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True, softmax_scale=0.5), backend=backend)
+    q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
+    attend(q, k, v).float().sum().backward()
+    targets = [[n.target for n in g.graph.nodes if n.op == "call_function"] for g in graphs]
+    assert [t.count(torch.ops.flashcute.fwd.default) for t in targets] == [1, 0]
+    assert [t.count(torch.ops.flashcute.bwd.default) for t in targets] == [0, 1]
+    assert [c for c in calls if isinstance(c, tuple)] == [("bwd", (0.5, 96 - 128, -1, 0, False))]
+    assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))
