@@ -101,14 +101,17 @@ def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options)
 # compiled graph on the CPU, docs/benchmarking.md, Host overhead). Autograd is the autograd.Functions' below: in
 # eager mode they launch directly, and under torch.compile, where dynamo traces them, they call these ops, whose
 # fake implementations let a model trace with fullgraph=True.
-_LIB = torch.library.Library("flashcute", "DEF")
+# The namespace is the package's name: "flashcute", or the renamed copy's that `flashcute compare` imports beside it.
+_NAMESPACE = __name__.partition(".")[0]
+_LIB = torch.library.Library(_NAMESPACE, "DEF")
+_OPS = getattr(torch.ops, _NAMESPACE)
 
 
 def _define_op(schema: str, impl, fake) -> None:
     name = schema.split("(", 1)[0]
     _LIB.define(schema)
     _LIB.impl(name, impl, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"flashcute::{name}", fake, lib=_LIB)
+    torch.library.register_fake(f"{_NAMESPACE}::{name}", fake, lib=_LIB)
 
 
 def _fwd_fake(q, k, v, *options):
@@ -144,7 +147,7 @@ class FlashAttention(torch.autograd.Function):
         """``options``: softmax_scale, diag_offset, window_left, window_right, kernel, deterministic, in one tuple
         (apply looks at each argument it is given: one tuple costs it less than six)."""
         scalars, deterministic = options[:-1], options[-1]
-        forward = torch.ops.flashcute.fwd.default if torch.compiler.is_compiling() else forward_outputs
+        forward = _OPS.fwd.default if torch.compiler.is_compiling() else forward_outputs
         out, lse = forward(q, k, v, *scalars)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scalars = (*scalars[:4], deterministic, scalars[4])  # launch_bwd's order
@@ -154,7 +157,7 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        backward = torch.ops.flashcute.bwd.default if torch.compiler.is_compiling() else launch_bwd
+        backward = _OPS.bwd.default if torch.compiler.is_compiling() else launch_bwd
         dq, dk, dv = backward(dout, q, k, v, out, lse, *ctx.scalars)
         return dq, dk, dv, None
 
@@ -207,7 +210,7 @@ def flash_attn_func(
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = FlashAttention.apply(q, k, v, (*plan.scalars, deterministic))
     elif compiling:
-        out, lse = torch.ops.flashcute.fwd.default(q, k, v, *plan.scalars)
+        out, lse = _OPS.fwd.default(q, k, v, *plan.scalars)
     else:
         out, lse = forward_outputs(q, k, v, *plan.scalars)
     return (out, lse) if return_lse else out
@@ -397,7 +400,7 @@ class FlashAttentionVarlen(torch.autograd.Function):
         """``sequences``: (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k); ``options``: max_seqlen_q,
         max_seqlen_k, softmax_scale, window_left, window_right, kernel, deterministic."""
         scalars, deterministic = options[:-1], options[-1]
-        forward = torch.ops.flashcute.varlen_fwd.default if torch.compiler.is_compiling() else varlen_outputs
+        forward = _OPS.varlen_fwd.default if torch.compiler.is_compiling() else varlen_outputs
         out, lse = forward(q, k, v, *sequences, *scalars)
         ctx.save_for_backward(q, k, v, out, lse, *sequences)
         ctx.scalars = (*scalars[:5], deterministic, scalars[5])  # launch_varlen_bwd's order
@@ -406,7 +409,7 @@ class FlashAttentionVarlen(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        backward = torch.ops.flashcute.varlen_bwd.default if torch.compiler.is_compiling() else launch_varlen_bwd
+        backward = _OPS.varlen_bwd.default if torch.compiler.is_compiling() else launch_varlen_bwd
         dq, dk, dv = backward(dout, *ctx.saved_tensors, *ctx.scalars)
         return dq, dk, dv, None, None
 
@@ -475,7 +478,7 @@ def flash_attn_varlen_func(
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = FlashAttentionVarlen.apply(q, k, v, sequences, options)
     elif torch.compiler.is_compiling():
-        out, lse = torch.ops.flashcute.varlen_fwd.default(q, k, v, *sequences, *options[:-1])
+        out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *options[:-1])
     else:
         out, lse = varlen_outputs(q, k, v, *sequences, *options[:-1])
     return (out, lse) if return_lse else out

@@ -113,11 +113,14 @@ def test_run_needs_a_prepared_directory(tmp_path):
     assert "no flashcute_base in" in result.stderr and "flashcute compare prepare REV" in result.stderr
 
 
-@pytest.fixture
-def base_interface(this_tree, monkeypatch):
-    """flashcute_base.interface of the renamed copy, imported in this process and taken out again after."""
-    monkeypatch.syspath_prepend(str(this_tree))  # also undoes the path that `compare run` adds
+@pytest.fixture(scope="module")
+def base_interface(this_tree):
+    """flashcute_base.interface of the renamed copy, imported in this process once (its torch.library ops are
+    defined once a process) and taken out again after the module's tests."""
+    path = list(sys.path)
+    sys.path.insert(0, str(this_tree))
     yield importlib.import_module("flashcute_base.interface")
+    sys.path[:] = path  # also undoes the path that `compare run` adds
     for name in [name for name in sys.modules if name.split(".")[0] == "flashcute_base"]:
         del sys.modules[name]
 
