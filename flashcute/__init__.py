@@ -13,17 +13,38 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 if TYPE_CHECKING:
     from flashcute.interface import available_kernels, flash_attn_func, flash_attn_varlen_func
+    from flashcute.kvcache import flash_attn_with_kvcache
     from flashcute.padding import pad_input, unpad_input
 
-__all__ = ["__version__", "available_kernels", "flash_attn_func", "flash_attn_varlen_func", "pad_input", "unpad_input"]
-_API = {"available_kernels", "flash_attn_func", "flash_attn_varlen_func", "pad_input", "unpad_input"}
-_FROM_PADDING = {"pad_input", "unpad_input"}  # the rest of _API comes from flashcute.interface
+__all__ = [
+    "__version__",
+    "available_kernels",
+    "flash_attn_func",
+    "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
+    "pad_input",
+    "unpad_input",
+]
+_API = {
+    "available_kernels",
+    "flash_attn_func",
+    "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
+    "pad_input",
+    "unpad_input",
+}
+# The modules of the names in _API that do not come from flashcute.interface
+_MODULES = {
+    "flash_attn_with_kvcache": "flashcute.kvcache",
+    "pad_input": "flashcute.padding",
+    "unpad_input": "flashcute.padding",
+}
 
 
 def __getattr__(name: str) -> Any:
     """The API is imported on first use, so that `import flashcute` (and `flashcute --help`) does not load torch."""
     if name in _API:
-        module = import_module("flashcute.padding" if name in _FROM_PADDING else "flashcute.interface")
+        module = import_module(_MODULES.get(name, "flashcute.interface"))
         value = globals()[name] = getattr(module, name)  # later lookups find it without this call
         return value
     raise AttributeError(f"module 'flashcute' has no attribute {name!r}")

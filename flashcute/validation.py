@@ -24,7 +24,10 @@ import itertools
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 CAUSAL_ALIGNS = ("bottom_right", "top_left")
 Q_DIMS = ("batch", "seqlen_q", "nheads", "headdim")
@@ -417,3 +420,260 @@ def validate_pointers(**tensors: Any) -> None:
     for name, t in tensors.items():
         if t.data_ptr() % 16 != 0:
             raise ValueError(f"{name} must start on a 16-byte boundary, got data_ptr() % 16 = {t.data_ptr() % 16}")
+
+
+# ---- KV caches (flash_attn_with_kvcache) --------------------------------------------------------------------
+
+CACHE_DIMS = ("batch_cache", "seqlen_cache", "nheads_k", "headdim")
+PAGED_CACHE_DIMS = ("num_blocks", "page_block_size", "nheads_k", "headdim")
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class KvcacheArgs:
+    """Validated, resolved arguments of flash_attn_with_kvcache.
+
+    ``attention`` holds q's sizes and the attention options, with seqlen_k the cache's capacity: the keys that one
+    sequence can hold (seqlen_cache, or block_table.shape[1] * page_block_size for a paged cache).
+    ``page_block_size`` is None for a cache indexed by batch; ``rotary_dim`` is 0 without rotary embedding.
+    """
+
+    attention: AttentionArgs
+    seqlen_new: int
+    page_block_size: int | None
+    rotary_dim: int
+
+    @property
+    def capacity(self) -> int:
+        return self.attention.seqlen_k
+
+    @property
+    def q_positions_per_row(self) -> bool:
+        """flash_attn's rotary positions of q: row i at cache_seqlens[b] + i when a causal or local mask hides
+        keys, else every row at cache_seqlens[b]. A window side of at least the capacity hides no key, so it does
+        not make the mask local (flash_attn turns it into -1 first)."""
+        return any(0 <= side < self.capacity for side in (self.attention.window_left, self.attention.window_right))
+
+
+def validate_kvcache_args(
+    q: Any,
+    k_cache: Any,
+    v_cache: Any,
+    k: Any = None,
+    v: Any = None,
+    rotary_cos: Any = None,
+    rotary_sin: Any = None,
+    cache_seqlens: Any = None,
+    cache_batch_idx: Any = None,
+    cache_leftpad: Any = None,
+    block_table: Any = None,
+    softmax_scale: Any = None,
+    causal: Any = False,
+    window_size: Any = (-1, -1),
+    softcap: Any = 0.0,
+    rotary_interleaved: Any = True,
+    num_splits: Any = 0,
+    return_lse: Any = False,
+) -> KvcacheArgs:
+    """Check flash_attn_with_kvcache's shapes, dtypes, devices and options without reading device memory; raise
+    TypeError / ValueError naming the argument, the value given and what is allowed. What the CUDA kernels need
+    beyond this (dtype, head dim, row alignment) is checked by the caller that launches them."""
+    import torch
+
+    tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "k": k, "v": v}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor) and (t is not None or name in ("q", "k_cache", "v_cache")):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    batch, seqlen_q, nheads, headdim = _shape("q", q, Q_DIMS)
+    if not q.dtype.is_floating_point:
+        raise TypeError(f"q must have a floating-point dtype, got {q.dtype}")
+    for name, t in tensors.items():
+        if t is None or name == "q":
+            continue
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype ({q.dtype}), got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
+
+    paged = block_table is not None
+    cache_shape = _shape("k_cache", k_cache, PAGED_CACHE_DIMS if paged else CACHE_DIMS)
+    if tuple(v_cache.shape) != cache_shape:
+        raise ValueError(f"v_cache must have k_cache's shape {cache_shape}, got {tuple(v_cache.shape)}")
+    _, rows, nheads_k, cache_headdim = cache_shape
+    if cache_headdim != headdim:
+        raise ValueError(f"k_cache headdim (k_cache.shape[3]) must equal q's ({headdim}), got {cache_headdim}")
+    if nheads % nheads_k != 0:
+        raise ValueError(
+            f"k_cache nheads_k (k_cache.shape[2]) must divide q's nheads ({nheads}) for grouped-query attention, "
+            f"got {nheads_k}"
+        )
+    if paged:
+        capacity = _check_block_table(block_table, q, batch) * rows
+        if cache_batch_idx is not None:
+            raise ValueError(
+                "cache_batch_idx must be None with a paged cache: block_table already names each sequence's pages"
+            )
+    else:
+        capacity = rows
+        if cache_batch_idx is not None:
+            _check_int32_vector("cache_batch_idx", cache_batch_idx, q, batch, "(batch,)")
+        elif cache_shape[0] < batch:
+            raise ValueError(
+                f"k_cache.shape[0] (batch_cache) must be >= q's batch ({batch}) without cache_batch_idx, "
+                f"got {cache_shape[0]}"
+            )
+    if batch * capacity > INT32_MAX:
+        raise ValueError(
+            f"batch x cache capacity ({batch} x {capacity}) must be at most {INT32_MAX}: the attended cache rows "
+            "are counted by int32 cu_seqlens_k"
+        )
+
+    seqlen_new = _check_new_kv(k, v, (batch, nheads_k, headdim), capacity, seqlen_q)
+    _check_cache_seqlens(cache_seqlens, q, batch, capacity, seqlen_new, k is not None)
+    if cache_leftpad is not None:
+        _check_int32_vector("cache_leftpad", cache_leftpad, q, batch, "(batch,)")
+    rotary_dim = _check_rotary(rotary_cos, rotary_sin, q, headdim, capacity, k is not None)
+
+    for name, flag in (("rotary_interleaved", rotary_interleaved), ("return_lse", return_lse)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {flag!r} ({type(flag).__name__})")
+    if not _is_int(num_splits) or num_splits < 0:
+        raise (ValueError if _is_int(num_splits) else TypeError)(
+            f"num_splits must be an int >= 0 (0 = the implementation's choice), got {num_splits!r}"
+        )
+    window_left, window_right = _check_window(window_size)
+    attention = AttentionArgs(
+        batch=batch,
+        seqlen_q=seqlen_q,
+        seqlen_k=capacity,
+        nheads=nheads,
+        nheads_k=nheads_k,
+        headdim=headdim,
+        softmax_scale=_check_scale(softmax_scale, headdim),
+        causal=_check_causal(causal),
+        causal_align="bottom_right",
+        window_left=window_left,
+        window_right=0 if causal else window_right,
+        softcap=_check_softcap(softcap),
+    )
+    return KvcacheArgs(attention, seqlen_new, rows if paged else None, rotary_dim)
+
+
+def _check_block_table(block_table: Any, q: torch.Tensor, batch: int) -> int:
+    """The pages per sequence (block_table.shape[1]) after checking block_table is an int32 (batch, pages) tensor
+    on q's device."""
+    import torch
+
+    layout = f"(batch, max_num_blocks_per_seq) = ({batch}, max_num_blocks_per_seq)"
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(f"block_table must be an int32 torch.Tensor {layout}, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table must have dtype int32, got {block_table.dtype}")
+    if block_table.device != q.device:
+        raise ValueError(f"block_table must be on q's device ({q.device}), got {block_table.device}")
+    if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] < 1:
+        raise ValueError(
+            f"block_table must have shape {layout} with at least one page per sequence, got {tuple(block_table.shape)}"
+        )
+    return block_table.shape[1]
+
+
+def _check_new_kv(k: Any, v: Any, sizes: tuple[int, int, int], capacity: int, seqlen_q: int) -> int:
+    """seqlen_new, the rows of k and v (0 without them), after checking their shapes against q's batch and the
+    cache's heads and head dim (``sizes``)."""
+    if (k is None) != (v is None):
+        given = "k" if v is None else "v"
+        raise ValueError(f"k and v must be given together (the new keys and values), got only {given}")
+    if k is None:
+        return 0
+    batch, nheads_k, headdim = sizes
+    for name, t in (("k", k), ("v", v)):
+        shape = tuple(t.shape)
+        if len(shape) != 4 or (shape[0], shape[2], shape[3]) != sizes:
+            raise ValueError(
+                f"{name} must have shape (batch, seqlen_new, nheads_k, headdim) = ({batch}, seqlen_new, {nheads_k}, "
+                f"{headdim}), got {shape}"
+            )
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    seqlen_new = k.shape[1]
+    if seqlen_new > capacity:
+        raise ValueError(f"k.shape[1] (seqlen_new) must be at most the cache's capacity ({capacity}), got {seqlen_new}")
+    if seqlen_q > capacity:
+        raise ValueError(
+            f"q.shape[1] (seqlen_q) must be at most the cache's capacity ({capacity}) when k and v are given, "
+            f"got {seqlen_q}"
+        )
+    return seqlen_new
+
+
+def _check_cache_seqlens(
+    cache_seqlens: Any, q: torch.Tensor, batch: int, capacity: int, seqlen_new: int, appends: bool
+) -> None:
+    import torch
+
+    if cache_seqlens is None:
+        if appends:
+            raise ValueError("cache_seqlens must be given with k and v: it says where each sequence's new keys go")
+        return
+    if isinstance(cache_seqlens, torch.Tensor):
+        _check_int32_vector("cache_seqlens", cache_seqlens, q, batch, "(batch,)")
+        return
+    if not _is_int(cache_seqlens):
+        raise TypeError(
+            f"cache_seqlens must be None, an int or an int32 torch.Tensor (batch,), got {cache_seqlens!r} "
+            f"({type(cache_seqlens).__name__})"
+        )
+    if not 0 <= cache_seqlens <= capacity - seqlen_new:
+        raise ValueError(
+            f"cache_seqlens must be in [0, {capacity - seqlen_new}] (the cache's capacity {capacity} less the "
+            f"{seqlen_new} new keys), got {cache_seqlens}"
+        )
+
+
+def _check_rotary(cos: Any, sin: Any, q: torch.Tensor, headdim: int, capacity: int, appends: bool) -> int:
+    """rotary_dim (0 without rotary embedding) after checking rotary_cos and rotary_sin."""
+    import torch
+
+    if cos is None and sin is None:
+        return 0
+    if cos is None or sin is None:
+        given = "rotary_sin" if cos is None else "rotary_cos"
+        raise ValueError(f"rotary_cos and rotary_sin must be given together, got only {given}")
+    if not appends:
+        raise ValueError("rotary_cos and rotary_sin need k and v: they rotate the new keys, and q with them")
+    for name, t in (("rotary_cos", cos), ("rotary_sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor (seqlen_ro, rotary_dim / 2), got {type(t).__name__}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{name} must have a floating-point dtype, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
+    if cos.dim() != 2 or cos.shape[1] < 1:
+        raise ValueError(
+            f"rotary_cos must have shape (seqlen_ro, rotary_dim / 2), rotary_dim >= 2, got {tuple(cos.shape)}"
+        )
+    if sin.shape != cos.shape:
+        raise ValueError(f"rotary_sin must have rotary_cos's shape {tuple(cos.shape)}, got {tuple(sin.shape)}")
+    seqlen_ro, rotary_dim = cos.shape[0], 2 * cos.shape[1]
+    if rotary_dim > headdim:
+        raise ValueError(
+            f"rotary_dim (2 * rotary_cos.shape[1]) must be at most q's headdim ({headdim}), got {rotary_dim}"
+        )
+    if seqlen_ro < capacity:
+        raise ValueError(
+            f"rotary_cos.shape[0] (seqlen_ro) must be at least the cache's capacity ({capacity}), got {seqlen_ro}"
+        )
+    return rotary_dim
+
+
+def validate_kvcache_kernel_inputs(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, args: KvcacheArgs
+) -> None:
+    """What the CUDA kernels need of the tensors they may read where they lie (16-byte aligned rows, CUDA fp16 /
+    bf16, head dim, softcap 0), checked before the cache is written, so that a call they cannot run changes
+    nothing."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _aligned_rows(name, t)
+    validate_cuda_inputs(q, k_cache, v_cache, args.attention)
+    validate_pointers(q=q, k_cache=k_cache, v_cache=v_cache)

@@ -150,7 +150,8 @@ def test_run_on_the_cpu_prints_each_point_and_the_spread(this_tree, base_interfa
     for package in (interface, importlib.import_module("flashcute")):
         monkeypatch.setattr(package, "flash_attn_func", stand_in("new"), raising=False)
         monkeypatch.setattr(package, "available_kernels", lambda: ["sm80"], raising=False)
-    monkeypatch.setattr(base_interface, "flash_attn_func", stand_in("base"))
+    for package in (base_interface, importlib.import_module("flashcute_base")):
+        monkeypatch.setattr(package, "flash_attn_func", stand_in("base"), raising=False)
     time_on_the_cpu(monkeypatch, clock)
     grid = [
         "--dtype",

@@ -1,0 +1,220 @@
+"""flash_attn_with_kvcache: attention over a key/value cache with in-place append, flash_attn's conventions.
+
+One call is one step of incremental decoding: the new keys (and q) get their rotary embedding, the new keys and
+values are written into the cache in place, and q attends to each sequence's cached keys. The attention is one call
+to ``flash_attn_varlen_func``: a cache indexed by batch is read where it lies, as a packed batch whose sequence b
+starts at row b * seqlen_cache + cache_leftpad[b]; a cache reached through ``cache_batch_idx`` or pages
+(``block_table``) is first gathered into a contiguous copy, since the kernels read one packed tensor. Nothing reads a
+device value on the host, so a whole step can be captured in a CUDA graph and replayed with new ``cache_seqlens``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from flashcute import interface
+from flashcute.validation import validate_kvcache_args, validate_kvcache_kernel_inputs
+
+
+def apply_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, interleaved: bool
+) -> torch.Tensor:
+    """x (batch, seqlen, nheads, headdim) with its first rotary_dim = 2 * cos.shape[1] features rotated, as
+    flash_attn's apply_rotary_emb: token (b, s) at position p = positions[b, s] turns each pair (x_a, x_c) by
+    angle j (cos[p, j], sin[p, j]) into (x_a cos - x_c sin, x_a sin + x_c cos). The pairs are features
+    (2j, 2j + 1) when ``interleaved`` (GPT-J style), else (j, j + rotary_dim / 2) (GPT-NeoX style); features past
+    rotary_dim pass through. Computed in float32 (or x's dtype if wider) and returned in x's dtype."""
+    rotary_dim = 2 * cos.shape[1]
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    cos, sin = (t[positions].to(dtype)[:, :, None, :] for t in (cos, sin))  # (batch, seqlen, 1, rotary_dim / 2)
+    rotated = x[..., :rotary_dim].to(dtype)
+    if interleaved:
+        first, second = rotated[..., 0::2], rotated[..., 1::2]
+    else:
+        first, second = rotated.chunk(2, dim=-1)
+    pair = (first * cos - second * sin, first * sin + second * cos)
+    rotated = torch.stack(pair, dim=-1).flatten(-2) if interleaved else torch.cat(pair, dim=-1)
+    return torch.cat((rotated.to(x.dtype), x[..., rotary_dim:]), dim=-1)
+
+
+@torch.no_grad()
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    rotary_cos: torch.Tensor | None = None,
+    rotary_sin: torch.Tensor | None = None,
+    cache_seqlens: int | torch.Tensor | None = None,
+    cache_batch_idx: torch.Tensor | None = None,
+    cache_leftpad: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    rotary_interleaved: bool = True,
+    num_splits: int = 0,
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention of q over a key/value cache, after appending new keys and values to it in place: one step of
+    incremental decoding, with flash_attn 2's conventions (``flash_attn.flash_attn_with_kvcache``). CUDA fp16 /
+    bf16 tensors. Inference only, as in flash_attn: it runs under ``torch.no_grad()`` and builds no autograd graph.
+
+    q: (batch, seqlen_q, nheads, headdim). k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, headdim), where
+    sequence b uses cache row cache_batch_idx[b] (int32 (batch,); default b, so batch_cache >= batch), or, with
+    block_table (int32 (batch, max_num_blocks_per_seq)), a paged cache (num_blocks, page_block_size, nheads_k,
+    headdim) whose position p of sequence b lies in page block_table[b, p // page_block_size] at row
+    p % page_block_size (any page size). A sequence's capacity is seqlen_cache, or max_num_blocks_per_seq *
+    page_block_size. nheads % nheads_k == 0 (grouped-query attention).
+
+    cache_seqlens: int, or int32 (batch,): the keys already in each sequence's cache; None (only without k) means
+    the whole capacity. k, v (batch, seqlen_new, nheads_k, headdim), optional (with them seqlen_q must be at most
+    the capacity, flash_attn's rule): written in place at positions
+    cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 of sequence b's cache (if cache_batch_idx repeats an
+    index, which sequence's values that row keeps is unspecified, as in flash_attn). cache_leftpad, int32
+    (batch,): the position where each sequence's keys start (default 0). Sequence b then attends to its keys at
+    positions [cache_leftpad[b], cache_seqlens[b] + seqlen_new), with causal and window masks aligned bottom-right
+    on that range (flash_attn_func's conventions); a query that sees no key gets O = 0 and LSE = -inf.
+
+    rotary_cos, rotary_sin (seqlen_ro, rotary_dim / 2), any float dtype, seqlen_ro >= the capacity, rotary_dim <=
+    headdim, only with k: the new keys are rotated (``apply_rotary``, ``rotary_interleaved`` picks the pairs) at
+    positions cache_seqlens[b] + i before they are written, and q with them: at cache_seqlens[b] + i when causal or
+    local (a window side below the capacity), else every row of q at cache_seqlens[b]. Positions are cache
+    positions: cache_leftpad does not shift them (as in flash_attn). q itself is not modified.
+
+    Values are not read on the host, so they are not checked: the caller keeps 0 <= cache_leftpad[b] <=
+    cache_seqlens[b], cache_seqlens[b] + seqlen_new <= the capacity, cache_batch_idx and block_table's pages for
+    those positions in [0, batch_cache) and [0, num_blocks), and rotary positions below seqlen_ro
+    (attention_kvcache_ref checks them all). A write past the capacity or a rotary position past seqlen_ro fails
+    a device index check; attention only reads each sequence's own capacity.
+
+    The attention is one flash_attn_varlen_func call. A cache indexed by batch (no cache_batch_idx, no
+    block_table) is read where it lies, when its (batch, seqlen_cache) dims merge into one (else those rows are
+    copied). With cache_batch_idx or block_table, the kernels take one packed tensor, so each sequence's cache
+    row or pages are first gathered into a (batch, capacity, nheads_k, headdim) copy of k and of v (a page that
+    holds none of its keys is never read: page 0 stands in for it): that copy is the cost of those layouts.
+    softcap must be 0 (the kernels' rule, the same error as flash_attn_varlen_func). num_splits is how flash_attn
+    lets a caller choose how many chunks its split-KV kernel cuts each sequence's keys into (0: its heuristic); it
+    must be an int >= 0, and flashcute picks its own launch: the value does not change the result.
+
+    No device value is read on the host: with tensor cache_seqlens a whole step (write and attention) can be
+    captured in a CUDA graph and replayed after new values are copied into q, k, v and cache_seqlens.
+
+    Returns out (batch, seqlen_q, nheads, headdim) and, with return_lse, lse (batch, nheads, seqlen_q) float32,
+    natural log (flash_attn's return_softmax_lse).
+    """
+    args = validate_kvcache_args(
+        q,
+        k_cache,
+        v_cache,
+        k,
+        v,
+        rotary_cos,
+        rotary_sin,
+        cache_seqlens,
+        cache_batch_idx,
+        cache_leftpad,
+        block_table,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        rotary_interleaved,
+        num_splits,
+        return_lse,
+    )
+    validate_kvcache_kernel_inputs(q, k_cache, v_cache, args)
+    batch, seqlen_q, nheads, headdim = q.shape
+    nheads_k, capacity, device = k_cache.shape[2], args.capacity, q.device
+    if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
+        cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=device)
+
+    if k is not None:
+        new_positions = cache_seqlens[:, None] + torch.arange(args.seqlen_new, device=device)  # (batch, seqlen_new)
+        if args.rotary_dim:
+            rows = (
+                torch.arange(seqlen_q, device=device)
+                if args.q_positions_per_row
+                else q.new_zeros(seqlen_q, dtype=torch.long)
+            )
+            q = apply_rotary(q, rotary_cos, rotary_sin, cache_seqlens[:, None] + rows, rotary_interleaved)
+            k = apply_rotary(k, rotary_cos, rotary_sin, new_positions, rotary_interleaved)
+        if args.seqlen_new:
+            slots = _slots(new_positions, block_table, args.page_block_size, cache_batch_idx, batch)
+            k_cache.index_put_(slots, k)
+            v_cache.index_put_(slots, v)
+
+    # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity.
+    if cache_seqlens is None:
+        end = torch.full((batch,), capacity, dtype=torch.int32, device=device)
+    else:
+        end = (cache_seqlens + args.seqlen_new).clamp(0, capacity)
+    start = torch.zeros_like(end) if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), end)
+    if block_table is not None:
+        keys, values = _gather_pages(k_cache, v_cache, block_table, args.page_block_size, start, end)
+    elif cache_batch_idx is not None:
+        index = cache_batch_idx.long()
+        keys, values = k_cache[index], v_cache[index]
+    else:
+        keys, values = k_cache[:batch], v_cache[:batch]
+    keys, values = (t.reshape(batch * capacity, nheads_k, headdim) for t in (keys, values))
+    first_rows = torch.arange(batch, dtype=torch.int32, device=device) * capacity
+    cu_seqlens_k = F.pad(first_rows + start, (0, 1), value=batch * capacity)
+    cu_seqlens_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=device)
+    a = args.attention
+    out, lse = interface.flash_attn_varlen_func(
+        q.reshape(batch * seqlen_q, nheads, headdim),
+        keys,
+        values,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        seqlen_q,
+        capacity,
+        softmax_scale=a.softmax_scale,
+        causal=a.causal,
+        window_size=(a.window_left, a.window_right),
+        softcap=a.softcap,
+        return_lse=True,
+        seqused_k=end - start,
+    )
+    out = out.view(batch, seqlen_q, nheads, headdim)
+    if not return_lse:
+        return out
+    return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()
+
+
+def _slots(
+    positions: torch.Tensor,
+    block_table: torch.Tensor | None,
+    page_block_size: int | None,
+    cache_batch_idx: torch.Tensor | None,
+    batch: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where cache positions (batch, n) of each sequence lie: (index into k_cache.shape[0], index into
+    k_cache.shape[1]), for index_put_."""
+    if block_table is not None:
+        pages = block_table.gather(1, positions // page_block_size).long()
+        return pages, positions % page_block_size
+    rows = torch.arange(batch, device=positions.device) if cache_batch_idx is None else cache_batch_idx.long()
+    return rows[:, None], positions
+
+
+def _gather_pages(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    page_block_size: int,
+    start: torch.Tensor,
+    end: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sequence's pages in order, (batch, capacity, nheads_k, headdim) copies of k_cache and v_cache. A page
+    that holds none of a sequence's keys [start, end) may have any value in block_table (flash_attn never reads
+    it), so page 0 stands in for it; its rows are never attended."""
+    page_starts = torch.arange(block_table.shape[1], device=block_table.device) * page_block_size
+    used = torch.maximum(page_starts, start[:, None]) < torch.minimum(page_starts + page_block_size, end[:, None])
+    pages = block_table.masked_fill(~used, 0).long()
+    batch, capacity = block_table.shape[0], block_table.shape[1] * page_block_size
+    return tuple(t[pages].view(batch, capacity, *t.shape[2:]) for t in (k_cache, v_cache))

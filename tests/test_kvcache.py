@@ -1,0 +1,535 @@
+"""flash_attn_with_kvcache on CPU: the argument checks, the rotary embedding against its formula, and everything
+around the attention (rotary positions, the in-place append, packing, cu_seqlens, seqused, cache_leftpad,
+cache_batch_idx, pages) with flash_attn_varlen_func replaced by a float64 stand-in that reads a packed batch by the
+kernels' rule, against attention_kvcache_ref."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import flashcute
+from flashcute import interface, validation
+from flashcute.kvcache import apply_rotary, flash_attn_with_kvcache
+from flashcute.reference import attention_kvcache_ref, attention_varlen_ref
+from flashcute.validation import KvcacheArgs, validate_kvcache_args, validate_varlen_args
+
+
+class VarlenStandIn:
+    """flash_attn_varlen_func in float64 on the CPU, reading sequence b's rows as the kernels do:
+    cu_seqlens[b] + [0, min(cu_seqlens[b + 1] - cu_seqlens[b], seqused[b])), which must lie inside the packed
+    tensor and within max_seqlen. Records each call's packed tensors and sequence lengths."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+
+    def __call__(
+        self,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1),
+        softcap=0.0,
+        deterministic=False,
+        return_lse=False,
+        seqused_q=None,
+        seqused_k=None,
+        validate=False,
+        kernel=None,
+    ):
+        validate_varlen_args(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, softmax_scale,
+            causal, window_size, softcap,
+        )  # fmt: skip
+        lengths = []
+        for cu, used, rows, longest in (
+            (cu_seqlens_q, seqused_q, q.shape[0], max_seqlen_q),
+            (cu_seqlens_k, seqused_k, k.shape[0], max_seqlen_k),
+        ):
+            starts = cu.tolist()
+            spans = [end - start for start, end in itertools.pairwise(starts)]
+            counts = [min(span, n) for span, n in zip(spans, spans if used is None else used.tolist(), strict=True)]
+            for b, n in enumerate(counts):
+                assert 0 <= n <= longest and starts[b] >= 0 and starts[b] + n <= rows, (b, starts, counts, rows)
+            lengths.append(counts)
+        self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1]})
+        out, lse = attention_varlen_ref(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, *(torch.tensor(n, dtype=torch.int32) for n in lengths),
+            softmax_scale, causal, window_size, softcap, return_lse=True,
+        )  # fmt: skip
+        return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
+
+
+@pytest.fixture
+def stand_in(monkeypatch) -> VarlenStandIn:
+    """flash_attn_with_kvcache on CPU tensors: the CUDA kernels' input checks pass them through, and the attention
+    is the float64 stand-in."""
+    varlen = VarlenStandIn()
+    monkeypatch.setattr(interface, "flash_attn_varlen_func", varlen)
+    monkeypatch.setattr(validation, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
+    return varlen
+
+
+def rotate_plainly(x, cos, sin, positions, interleaved: bool) -> torch.Tensor:
+    """x (batch, seqlen, nheads, headdim) in float64 with each feature pair (a, c) of token (b, s) turned by
+    angle j of position positions[b][s], one pair at a time."""
+    out = x.double().clone()
+    half = cos.shape[1]
+    for b, s in itertools.product(range(x.shape[0]), range(x.shape[1])):
+        p = int(positions[b][s])
+        for j in range(half):
+            a, c = (2 * j, 2 * j + 1) if interleaved else (j, j + half)
+            xa, xc, cj, sj = x[b, s, :, a].double(), x[b, s, :, c].double(), float(cos[p, j]), float(sin[p, j])
+            out[b, s, :, a] = xa * cj - xc * sj
+            out[b, s, :, c] = xa * sj + xc * cj
+    return out
+
+
+def rotary_tables(seqlen_ro: int, half: int, dtype=torch.float64, seed: int = 0):
+    angles = torch.rand(seqlen_ro, half, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 6.3
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+# ---- the rotary embedding --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("rotary_dim", [2, 4, 8])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_apply_rotary_matches_the_rotation_formula(interleaved, rotary_dim, dtype):
+    generator = torch.Generator().manual_seed(rotary_dim)
+    x = torch.randn(2, 3, 2, 8, generator=generator, dtype=torch.float64).to(dtype)
+    cos, sin = rotary_tables(7, rotary_dim // 2, dtype)
+    positions = torch.randint(0, 7, (2, 3), generator=generator)
+    got = apply_rotary(x, cos, sin, positions, interleaved)
+    want = rotate_plainly(x, cos, sin, positions.tolist(), interleaved)
+    assert got.dtype == dtype and got.shape == x.shape
+    if dtype == torch.float64:
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-14)
+    else:  # computed in float32, then rounded once to x's dtype
+        torch.testing.assert_close(got, want.to(dtype))
+    assert torch.equal(got[..., rotary_dim:], x[..., rotary_dim:]), "features past rotary_dim pass through"
+
+
+def test_interleaved_and_half_split_pairs_differ():
+    x = torch.arange(8, dtype=torch.float64).reshape(1, 1, 1, 8)
+    cos, sin = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)  # a quarter turn
+    positions = torch.zeros(1, 1, dtype=torch.long)
+    assert apply_rotary(x, cos, sin, positions, True).flatten().tolist() == [-1, 0, -3, 2, 4, 5, 6, 7]
+    assert apply_rotary(x, cos, sin, positions, False).flatten().tolist() == [-2, -3, 0, 1, 4, 5, 6, 7]
+
+
+CAPACITY = 8
+
+
+@pytest.mark.parametrize(
+    "causal, window, per_row",
+    [
+        (False, (-1, -1), False),
+        (True, (-1, -1), True),
+        (False, (2, -1), True),
+        (False, (-1, 0), True),
+        (False, (CAPACITY - 1, -1), True),
+        (False, (CAPACITY, -1), False),  # a window as wide as the cache hides no key: not local
+        (False, (-1, CAPACITY + 3), False),
+    ],
+)
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_rotary_positions_follow_flash_attn(stand_in, causal, window, per_row, interleaved):
+    """New key i of sequence b at cache position cache_seqlens[b] + i; query i there too when causal or local,
+    else every query at cache_seqlens[b]; cache_leftpad does not shift them."""
+    generator = torch.Generator().manual_seed(3)
+    batch, seqlen_q, seqlen_new, headdim = 2, 3, 2, 8
+    q = torch.randn(batch, seqlen_q, 2, headdim, generator=generator, dtype=torch.float64)
+    k_cache, v_cache, k, v = (
+        torch.randn(*shape, generator=generator, dtype=torch.float64)
+        for shape in [(batch, CAPACITY, 1, headdim)] * 2 + [(batch, seqlen_new, 1, headdim)] * 2
+    )
+    cos, sin = rotary_tables(CAPACITY + seqlen_q, 3)
+    filled = [2, 5]
+    flash_attn_with_kvcache(
+        q, k_cache, v_cache, k, v, cos, sin, torch.tensor(filled, dtype=torch.int32),
+        cache_leftpad=torch.tensor([1, 0], dtype=torch.int32), causal=causal, window_size=window,
+        rotary_interleaved=interleaved,
+    )  # fmt: skip
+    q_positions = [[n + (i if per_row else 0) for i in range(seqlen_q)] for n in filled]
+    rotated_q = stand_in.calls[0]["q"].view(q.shape)
+    torch.testing.assert_close(rotated_q, rotate_plainly(q, cos, sin, q_positions, interleaved), rtol=0, atol=1e-14)
+    k_positions = [[n + i for i in range(seqlen_new)] for n in filled]
+    rotated_k = rotate_plainly(k, cos, sin, k_positions, interleaved)
+    for b, i in itertools.product(range(batch), range(seqlen_new)):
+        torch.testing.assert_close(k_cache[b, filled[b] + i], rotated_k[b, i], rtol=0, atol=1e-14)
+        assert torch.equal(v_cache[b, filled[b] + i], v[b, i])
+    assert stand_in.calls[0]["lengths_k"] == [filled[0] + seqlen_new - 1, filled[1] + seqlen_new]
+
+
+# ---- the whole call against attention_kvcache_ref --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One drawn call: the cache layout ("batch", "batch_idx" or "paged"), sizes, lengths and options."""
+
+    layout: str
+    batch: int
+    seqlen_q: int
+    nheads: int
+    nheads_k: int
+    headdim: int
+    batch_cache: int  # cache rows, or pages for "paged"
+    page: int  # page_block_size; the capacity for the other layouts
+    pages_per_seq: int
+    seqlen_new: int | None  # None: no k and v
+    filled: list[int] | None  # cache_seqlens
+    seqlens_as_int: bool
+    leftpad: list[int] | None
+    rotary: tuple[int, bool] | None  # (rotary_dim, interleaved)
+    strided: bool  # the caches are views into wider tensors
+    junk_pages: bool  # block_table entries for pages no sequence reads hold out-of-range values
+    options: dict
+    seed: int
+
+    @property
+    def capacity(self) -> int:
+        return self.page * self.pages_per_seq
+
+    def build(self, dtype: torch.dtype = torch.float64, device: str = "cpu") -> tuple[dict, dict]:
+        """(the call's keyword arguments, {"k": k buffer, "v": v buffer, "region": the caches' index in them}),
+        drawn from the case's seed in float64 and then put in ``dtype`` on ``device``."""
+        generator = torch.Generator().manual_seed(self.seed)
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=generator, dtype=torch.float64).to(device, dtype)
+
+        length = self.page if self.layout == "paged" else self.capacity
+        extra = (2, 1) if self.strided else (0, 0)
+        buffers = {
+            name: randn(self.batch_cache, length + extra[0], self.nheads_k + extra[1], self.headdim) for name in "kv"
+        }
+        region = (slice(None), slice(extra[0], None), slice(0, self.nheads_k))
+        inputs = {
+            "q": randn(self.batch, self.seqlen_q, self.nheads, self.headdim),
+            "k_cache": buffers["k"][region],
+            "v_cache": buffers["v"][region],
+            **self.options,
+        }
+        if self.seqlen_new is not None:
+            inputs["k"], inputs["v"] = (randn(self.batch, self.seqlen_new, self.nheads_k, self.headdim) for _ in "kv")
+        if self.filled is not None:
+            as_tensor = torch.tensor(self.filled, dtype=torch.int32, device=device)
+            inputs["cache_seqlens"] = self.filled[0] if self.seqlens_as_int else as_tensor
+        if self.leftpad is not None:
+            inputs["cache_leftpad"] = torch.tensor(self.leftpad, dtype=torch.int32, device=device)
+        if self.layout == "batch_idx":
+            order = torch.randperm(self.batch_cache, generator=generator)
+            inputs["cache_batch_idx"] = order[: self.batch].int().to(device)
+        if self.layout == "paged":
+            order = torch.randperm(self.batch_cache, generator=generator)[: self.batch * self.pages_per_seq]
+            table = order.view(self.batch, self.pages_per_seq).int()
+            if self.junk_pages:
+                for b, j in itertools.product(range(self.batch), range(self.pages_per_seq)):
+                    if not self.page_in_use(b, j):
+                        table[b, j] = [-5, self.batch_cache + 3][(b + j) % 2]
+            inputs["block_table"] = table.to(device)
+        if self.rotary is not None:
+            rotary_dim, inputs["rotary_interleaved"] = self.rotary
+            tables = rotary_tables(self.capacity + self.seqlen_q + 1, rotary_dim // 2, dtype, self.seed)
+            inputs["rotary_cos"], inputs["rotary_sin"] = (t.to(device) for t in tables)
+        return inputs, {**buffers, "region": region}
+
+    def key_range(self, b: int) -> range:
+        end = self.capacity if self.filled is None else self.filled[b] + (self.seqlen_new or 0)
+        return range(0 if self.leftpad is None else self.leftpad[b], end)
+
+    def page_in_use(self, b: int, j: int) -> bool:
+        keys, new = self.key_range(b), self.new_positions(b)
+        return any(j * self.page <= p < (j + 1) * self.page for p in itertools.chain(keys, new))
+
+    def new_positions(self, b: int) -> range:
+        return range(0) if self.seqlen_new is None else range(self.filled[b], self.filled[b] + self.seqlen_new)
+
+    def slot(self, inputs: dict, b: int, p: int) -> tuple[int, int]:
+        """Where position p of sequence b lies in the caches: (index into shape[0], index into shape[1])."""
+        if self.layout == "paged":
+            return int(inputs["block_table"][b, p // self.page]), p % self.page
+        return (b if self.layout == "batch" else int(inputs["cache_batch_idx"][b])), p
+
+    def written(self, inputs: dict) -> torch.Tensor:
+        """(cache.shape[0], cache.shape[1]) bool: the slots that the new keys and values go to."""
+        mask = torch.zeros(inputs["k_cache"].shape[:2], dtype=torch.bool)
+        for b in range(self.batch):
+            for p in self.new_positions(b):
+                mask[self.slot(inputs, b, p)] = True
+        return mask
+
+    @property
+    def q_positions_per_row(self) -> bool:
+        """flash_attn's rule: q's rotary positions go row by row when the mask is causal or local (a window side
+        in [0, capacity))."""
+        window = self.options.get("window_size", (-1, -1))
+        return self.options.get("causal", False) or any(0 <= side < self.capacity for side in window)
+
+
+def fill_values(capacity: int, page: int, seqlen_new: int):
+    """Cache lengths with room for seqlen_new more keys, often at the edges: 0, 1, page edges, full."""
+    room = capacity - seqlen_new
+    edges = [0, 1, page - 1, page, page + 1, room - 1, room]
+    return st.one_of(st.sampled_from([n for n in edges if 0 <= n <= room]), st.integers(0, room))
+
+
+@st.composite
+def cases(draw) -> Case:
+    layout = draw(st.sampled_from(["batch", "batch_idx", "paged"]))
+    batch = draw(st.integers(1, 3))
+    nheads_k = draw(st.integers(1, 2))
+    if layout == "paged":
+        page, pages_per_seq = draw(st.sampled_from([1, 2, 3, 4])), draw(st.integers(1, 4))
+        batch_cache = batch * pages_per_seq + draw(st.integers(0, 3))
+    else:
+        page, pages_per_seq = draw(st.integers(1, 10)), 1
+        batch_cache = batch + draw(st.integers(0, 2))
+    capacity = page * pages_per_seq
+    seqlen_new = draw(st.one_of(st.none(), st.integers(0, min(3, capacity))))
+    seqlen_q = draw(st.integers(1, 4 if seqlen_new is None else min(4, capacity)))
+    if seqlen_new is None and draw(st.booleans()):
+        filled = None
+    else:
+        filled = draw(st.lists(fill_values(capacity, page, seqlen_new or 0), min_size=batch, max_size=batch))
+    seqlens_as_int = filled is not None and draw(st.booleans())
+    if seqlens_as_int:
+        filled = [filled[0]] * batch
+    leftpad = None
+    if draw(st.booleans()):
+        leftpad = [draw(st.integers(0, capacity if filled is None else filled[b])) for b in range(batch)]
+    headdim = draw(st.sampled_from([8, 16]))
+    rotary = None
+    if seqlen_new is not None and draw(st.booleans()):
+        rotary = (2 * draw(st.integers(1, headdim // 2)), draw(st.booleans()))
+    window = draw(st.sampled_from([(-1, -1), (-1, -1), (0, 0), (2, -1), (-1, 1), (1, 3), (capacity, -1)]))
+    options = {
+        "causal": draw(st.booleans()),
+        "window_size": window,
+        "softmax_scale": draw(st.sampled_from([None, 0.7])),
+        "softcap": draw(st.sampled_from([0.0, 0.0, 1.5])),
+        "num_splits": draw(st.sampled_from([0, 1, 3])),
+    }
+    return Case(
+        layout=layout,
+        batch=batch,
+        seqlen_q=seqlen_q,
+        nheads=nheads_k * draw(st.integers(1, 3)),
+        nheads_k=nheads_k,
+        headdim=headdim,
+        batch_cache=batch_cache,
+        page=page,
+        pages_per_seq=pages_per_seq,
+        seqlen_new=seqlen_new,
+        filled=filled,
+        seqlens_as_int=seqlens_as_int,
+        leftpad=leftpad,
+        rotary=rotary,
+        strided=draw(st.booleans()),
+        junk_pages=layout == "paged" and draw(st.booleans()),
+        options=options,
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=cases())
+def test_matches_the_reference_and_writes_only_the_new_slots(stand_in, case):
+    inputs, buffers = case.build()
+    before = {name: buffers[name].clone() for name in "kv"}
+    ref_inputs = {name: value for name, value in inputs.items() if name != "num_splits"}
+    ref_out, ref_lse, ref_k_cache, ref_v_cache = attention_kvcache_ref(**ref_inputs)
+    assert torch.equal(buffers["k"], before["k"]), "the reference must leave the caches alone"
+    stand_in.calls.clear()
+
+    out, lse = flash_attn_with_kvcache(**inputs, return_lse=True)
+
+    assert len(stand_in.calls) == 1, "one attention call"
+    assert out.shape == (case.batch, case.seqlen_q, case.nheads, case.headdim) and out.dtype == torch.float64
+    assert lse.shape == (case.batch, case.nheads, case.seqlen_q) and lse.is_contiguous()
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    empty = ref_lse == -math.inf
+    assert torch.equal(lse == -math.inf, empty), "exactly the queries that see no key have LSE = -inf"
+    torch.testing.assert_close(lse[~empty], ref_lse[~empty].float())
+    assert stand_in.calls[0]["lengths_k"] == [len(case.key_range(b)) for b in range(case.batch)]
+
+    region, written = buffers["region"], case.written(inputs)
+    for name, ref_cache in (("k", ref_k_cache), ("v", ref_v_cache)):
+        outside = torch.ones_like(buffers[name], dtype=torch.bool)
+        outside[region] = False
+        assert torch.equal(buffers[name][outside], before[name][outside]), f"{name}: a row outside the cache changed"
+        cache, cache_before = buffers[name][region], before[name][region]
+        assert torch.equal(cache[~written], cache_before[~written]), f"{name}_cache changed outside the new slots"
+        torch.testing.assert_close(cache[written], ref_cache[written], rtol=0, atol=1e-14 if case.rotary else 0)
+    if case.layout == "batch" and not case.strided:  # read where it lies: the kernel's k is a view of k_cache
+        assert stand_in.calls[0]["k"].data_ptr() == inputs["k_cache"].data_ptr()
+
+
+def test_a_repeated_cache_batch_idx_reads_the_same_row(stand_in):
+    generator = torch.Generator().manual_seed(5)
+    q = torch.randn(3, 2, 2, 8, generator=generator, dtype=torch.float64)
+    k_cache, v_cache = (torch.randn(2, 6, 1, 8, generator=generator, dtype=torch.float64) for _ in "kv")
+    inputs = {
+        "cache_seqlens": torch.tensor([4, 6, 2], dtype=torch.int32),
+        "cache_batch_idx": torch.tensor([1, 1, 1], dtype=torch.int32),
+        "cache_leftpad": torch.tensor([0, 3, 1], dtype=torch.int32),
+        "causal": True,
+    }
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, **inputs)
+    torch.testing.assert_close(out, attention_kvcache_ref(q, k_cache, v_cache, **inputs)[0], rtol=0, atol=1e-12)
+    assert stand_in.calls[0]["lengths_k"] == [4, 3, 1]
+
+
+def test_builds_no_autograd_graph(stand_in):
+    q = torch.randn(1, 1, 2, 8, dtype=torch.float64, requires_grad=True)
+    k_cache, v_cache = (torch.randn(1, 4, 2, 8, dtype=torch.float64) for _ in "kv")
+    k, v = (torch.randn(1, 1, 2, 8, dtype=torch.float64, requires_grad=True) for _ in "kv")
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=2, return_lse=True)
+    assert not out.requires_grad and not lse.requires_grad and not k_cache.requires_grad
+    assert torch.equal(k_cache[0, 2], k[0, 0].detach())
+
+
+def test_returns_out_alone_without_return_lse(stand_in):
+    q = torch.randn(2, 1, 2, 8, dtype=torch.float64)
+    cache = torch.randn(2, 4, 2, 8, dtype=torch.float64)
+    out = flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=torch.tensor([0, 4], dtype=torch.int32))
+    assert isinstance(out, torch.Tensor) and out.shape == q.shape
+    assert torch.equal(out[0], torch.zeros_like(out[0])), "a sequence with no key gets O = 0"
+
+
+def test_exported_from_the_package():
+    assert flashcute.flash_attn_with_kvcache is flash_attn_with_kvcache
+    assert "flash_attn_with_kvcache" in flashcute.__all__
+
+
+# ---- argument checks -------------------------------------------------------------------------------------------
+
+
+def valid(**changes) -> dict:
+    """A valid call on CPU tensors (batch 2, seqlen_q 3, 4 query heads over 2 kv heads, headdim 8, a cache of 6
+    positions, 1 new key), with ``changes`` applied."""
+    inputs = {
+        "q": torch.zeros(2, 3, 4, 8),
+        "k_cache": torch.zeros(2, 6, 2, 8),
+        "v_cache": torch.zeros(2, 6, 2, 8),
+        "k": torch.zeros(2, 1, 2, 8),
+        "v": torch.zeros(2, 1, 2, 8),
+        "cache_seqlens": torch.tensor([1, 5], dtype=torch.int32),
+    }
+    inputs.update(changes)
+    return inputs
+
+
+I32 = torch.int32
+BAD_CALLS = [
+    ({"q": [[0.0]]}, TypeError, "q must be a torch.Tensor, got list"),
+    ({"v_cache": None}, TypeError, "v_cache must be a torch.Tensor, got NoneType"),
+    ({"q": torch.zeros(2, 3, 8)}, ValueError, "q must have 4 dimensions (batch, seqlen_q, nheads, headdim)"),
+    ({"q": torch.zeros(2, 3, 4, 8, dtype=torch.int64)}, TypeError, "q must have a floating-point dtype"),
+    ({"k_cache": torch.zeros(2, 6, 2, 8, dtype=torch.float64)}, TypeError, "k_cache must have q's dtype"),
+    ({"k": torch.zeros(2, 1, 2, 8, dtype=torch.float16)}, TypeError, "k must have q's dtype (torch.float32)"),
+    ({"v_cache": torch.zeros(2, 5, 2, 8)}, ValueError, "v_cache must have k_cache's shape (2, 6, 2, 8)"),
+    ({"k_cache": torch.zeros(2, 6, 8)}, ValueError, "k_cache must have 4 dimensions (batch_cache, seqlen_cache"),
+    ({"k_cache": torch.zeros(2, 6, 2, 4), "v_cache": torch.zeros(2, 6, 2, 4)}, ValueError, "must equal q's (8)"),
+    ({"k_cache": torch.zeros(2, 6, 3, 8), "v_cache": torch.zeros(2, 6, 3, 8)}, ValueError, "must divide q's nheads"),
+    ({"k_cache": torch.zeros(1, 6, 2, 8), "v_cache": torch.zeros(1, 6, 2, 8)}, ValueError, "batch_cache) must be >="),
+    ({"v": None}, ValueError, "k and v must be given together (the new keys and values), got only k"),
+    ({"k": torch.zeros(2, 1, 1, 8)}, ValueError, "k must have shape (batch, seqlen_new, nheads_k, headdim) = (2, "),
+    ({"v": torch.zeros(2, 2, 2, 8)}, ValueError, "v must have k's shape (2, 1, 2, 8), got (2, 2, 2, 8)"),
+    ({"k": torch.zeros(2, 7, 2, 8), "v": torch.zeros(2, 7, 2, 8)}, ValueError, "seqlen_new) must be at most"),
+    ({"q": torch.zeros(2, 7, 4, 8)}, ValueError, "(seqlen_q) must be at most the cache's capacity (6) when k"),
+    ({"cache_seqlens": None}, ValueError, "cache_seqlens must be given with k and v"),
+    ({"cache_seqlens": 1.0}, TypeError, "cache_seqlens must be None, an int or an int32 torch.Tensor (batch,)"),
+    ({"cache_seqlens": 6}, ValueError, "cache_seqlens must be in [0, 5] (the cache's capacity 6 less the 1 new"),
+    ({"cache_seqlens": torch.tensor([1, 2])}, TypeError, "cache_seqlens must have dtype int32, got torch.int64"),
+    ({"cache_seqlens": torch.tensor([1], dtype=I32)}, ValueError, "cache_seqlens must have shape (batch,) = (2,)"),
+    ({"cache_leftpad": torch.zeros(3, dtype=I32)}, ValueError, "cache_leftpad must have shape (batch,) = (2,)"),
+    ({"cache_batch_idx": torch.zeros(2)}, TypeError, "cache_batch_idx must have dtype int32"),
+    (
+        {"block_table": torch.zeros(2, 1, dtype=I32), "cache_batch_idx": torch.zeros(2, dtype=I32)},
+        ValueError,
+        "cache_batch_idx must be None with a paged cache",
+    ),
+    ({"block_table": torch.zeros(2, 1)}, TypeError, "block_table must have dtype int32, got torch.float32"),
+    ({"block_table": torch.zeros(3, 1, dtype=I32)}, ValueError, "block_table must have shape (batch, max_num_"),
+    ({"block_table": torch.zeros(2, 0, dtype=I32)}, ValueError, "with at least one page per sequence, got (2, 0)"),
+    ({"rotary_cos": torch.zeros(6, 2)}, ValueError, "rotary_cos and rotary_sin must be given together, got only"),
+    (
+        {"rotary_cos": torch.zeros(6, 2), "rotary_sin": torch.zeros(6, 2), "k": None, "v": None},
+        ValueError,
+        "rotary_cos and rotary_sin need k and v",
+    ),
+    ({"rotary_cos": torch.zeros(6, 2), "rotary_sin": torch.zeros(6, 3)}, ValueError, "rotary_sin must have rotary_"),
+    ({"rotary_cos": torch.zeros(6, 5), "rotary_sin": torch.zeros(6, 5)}, ValueError, "rotary_dim (2 * rotary_cos"),
+    ({"rotary_cos": torch.zeros(5, 2), "rotary_sin": torch.zeros(5, 2)}, ValueError, "(seqlen_ro) must be at least"),
+    ({"rotary_cos": torch.zeros(6, 2, dtype=I32), "rotary_sin": torch.zeros(6, 2)}, TypeError, "floating-point"),
+    ({"rotary_interleaved": 1}, TypeError, "rotary_interleaved must be a bool, got 1 (int)"),
+    ({"return_lse": None}, TypeError, "return_lse must be a bool"),
+    ({"num_splits": -1}, ValueError, "num_splits must be an int >= 0 (0 = the implementation's choice), got -1"),
+    ({"num_splits": 2.0}, TypeError, "num_splits must be an int >= 0"),
+    ({"num_splits": True}, TypeError, "num_splits must be an int >= 0"),
+    ({"window_size": (-2, 0)}, ValueError, "window_size must be a pair (window_left, window_right)"),
+    ({"softmax_scale": 0.0}, ValueError, "softmax_scale must be None"),
+    ({"softcap": -1.0}, ValueError, "softcap must be a finite number >= 0"),
+    ({"causal": 1}, TypeError, "causal must be a bool"),
+]
+
+
+@pytest.mark.parametrize("changes, error, message", BAD_CALLS)
+def test_rejects_bad_arguments_before_writing(stand_in, changes, error, message):
+    inputs = valid(**changes)
+    cache = inputs["k_cache"].clone() if isinstance(inputs["k_cache"], torch.Tensor) else None
+    with pytest.raises(error, match=re.escape(message)):
+        flash_attn_with_kvcache(**inputs)
+    assert not stand_in.calls
+    if cache is not None:
+        assert torch.equal(inputs["k_cache"], cache)
+
+
+def test_a_call_the_kernels_cannot_run_writes_nothing():
+    inputs = valid(k=torch.ones(2, 1, 2, 8), v=torch.ones(2, 1, 2, 8))
+    with pytest.raises(ValueError, match="q must be a CUDA tensor"):
+        flash_attn_with_kvcache(**inputs)
+    assert not inputs["k_cache"].any() and not inputs["v_cache"].any()
+
+
+def test_resolves_the_capacity_and_the_rotary_rule():
+    args = validate_kvcache_args(**valid(causal=True, window_size=(4, 9)))
+    assert isinstance(args, KvcacheArgs) and args.capacity == 6 and args.seqlen_new == 1
+    assert (args.attention.window_left, args.attention.window_right, args.page_block_size) == (4, 0, None)
+    assert args.q_positions_per_row
+    paged = validate_kvcache_args(**valid(block_table=torch.zeros(2, 3, dtype=I32), window_size=(6, 6)))
+    assert (paged.capacity, paged.page_block_size, paged.rotary_dim) == (18, 6, 0)
+    assert not validate_kvcache_args(**valid(window_size=(6, -1))).q_positions_per_row
+    rotary = validate_kvcache_args(**valid(rotary_cos=torch.zeros(6, 3), rotary_sin=torch.zeros(6, 3)))
+    assert rotary.rotary_dim == 6
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"cache_seqlens": torch.tensor([1, 6], dtype=I32)}, "cache_seqlens[1] must be in [0, 5]"),
+        ({"cache_leftpad": torch.tensor([2, 0], dtype=I32)}, "cache_leftpad[0] must be in [0, 1] (cache_seqlens[0]"),
+        ({"cache_batch_idx": torch.tensor([0, 2], dtype=I32)}, "cache_batch_idx[1] must be in [0, 2), got 2"),
+        ({"block_table": torch.tensor([[0], [9]], dtype=I32)}, "block_table[1, 0] must be in [0, 2), got 9"),
+    ],
+)
+def test_the_reference_checks_the_values(changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        attention_kvcache_ref(**valid(**changes))

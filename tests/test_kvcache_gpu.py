@@ -1,0 +1,218 @@
+"""flash_attn_with_kvcache on the GPU in fp16 and bf16: each cache layout (indexed by batch, by cache_batch_idx,
+paged with 16, 64 and 256 rows a page) against attention_kvcache_ref, the output within design.md's error budget
+and the cache written in place at exactly the new slots; a decode step captured in a CUDA graph and replayed with
+new cache_seqlens; calls the kernels cannot run refused before anything is written."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+import flashcute
+from flashcute.reference import attention_kvcache_ref
+from tests.helpers import check_against_spec
+from tests.test_kvcache import Case, rotary_tables, rotate_plainly
+
+pytestmark = pytest.mark.gpu
+
+
+def case(layout: str, page: int, pages_per_seq: int = 1, **fields) -> Case:
+    """A Case with batch 4 and these defaults: one new key, 8 query heads over 2 kv heads, headdim 128, no
+    rotary embedding, no cache_leftpad, no mask; ``filled`` defaults to lengths at the edges: empty, one key, one
+    page, full."""
+    capacity = page * pages_per_seq
+    seqlen_new = fields.get("seqlen_new", 1)
+    room = capacity - (seqlen_new or 0)
+    values = {
+        "batch": 4,
+        "seqlen_q": 1,
+        "nheads": 8,
+        "nheads_k": 2,
+        "headdim": 128,
+        "batch_cache": 4 * pages_per_seq + 3 if layout == "paged" else 6,
+        "seqlen_new": seqlen_new,
+        "filled": [0, 1, min(page, room), room],
+        "seqlens_as_int": False,
+        "leftpad": None,
+        "rotary": None,
+        "strided": False,
+        "junk_pages": layout == "paged",
+        "options": {},
+        "seed": 0,
+    }
+    values.update(fields)
+    return Case(layout=layout, page=page, pages_per_seq=pages_per_seq, **values)
+
+
+CASES = [
+    case("batch", 300, rotary=(64, False), options={"causal": True}),
+    case("batch", 1000, seqlen_new=None, nheads=4, nheads_k=4, headdim=64),
+    case("batch", 1000, seqlen_new=None, filled=None, leftpad=[0, 7, 500, 999], options={"window_size": (100, 0)}),
+    case(
+        "batch",
+        257,
+        seqlen_q=5,
+        seqlen_new=5,
+        nheads=6,
+        nheads_k=3,
+        headdim=64,
+        leftpad=[0, 1, 100, 3],
+        rotary=(32, True),
+        options={"causal": True},
+    ),
+    case(
+        "batch",
+        130,
+        seqlen_q=3,
+        seqlen_new=2,
+        nheads=4,
+        nheads_k=1,
+        headdim=96,
+        leftpad=[0, 0, 64, 127],
+        strided=True,
+        options={"window_size": (40, 0), "softmax_scale": 0.2},
+    ),
+    case("batch", 64, seqlen_q=70, seqlen_new=None, headdim=64, options={"causal": True}),  # more queries than keys
+    case("batch_idx", 200, nheads=8, nheads_k=8, rotary=(128, True)),
+    case("batch_idx", 513, seqlen_q=4, seqlen_new=None, leftpad=[0, 1, 2, 100], options={"causal": True}),
+    case("paged", 16, 20, rotary=(64, False), options={"causal": True}),
+    case(
+        "paged", 64, 5, seqlen_q=2, seqlen_new=2, nheads=4, leftpad=[0, 1, 64, 100], options={"window_size": (50, -1)}
+    ),
+    case("paged", 256, 3, seqlen_new=None, nheads_k=1),
+    case(
+        "paged",
+        256,
+        2,
+        seqlen_q=16,
+        seqlen_new=16,
+        nheads=4,
+        nheads_k=4,
+        headdim=256,
+        rotary=(128, True),
+        strided=True,
+        options={"causal": True},
+    ),
+]
+
+
+def describe(c: Case) -> str:
+    new = "none" if c.seqlen_new is None else c.seqlen_new
+    opts = "-".join(f"{key}={value}" for key, value in c.options.items())
+    return f"{c.layout}-p{c.page}x{c.pages_per_seq}-q{c.seqlen_q}-new{new}-d{c.headdim}-{c.rotary}-{opts}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("c", CASES, ids=describe)
+def test_matches_the_spec(c, dtype):
+    inputs, buffers = c.build(dtype, "cuda")
+    before = {name: buffers[name].clone() for name in "kv"}
+    on_cpu = {name: v.cpu() if isinstance(v, torch.Tensor) else v for name, v in inputs.items() if name != "num_splits"}
+    _, _, ref_k_cache, ref_v_cache = attention_kvcache_ref(**on_cpu)
+
+    out, lse = flashcute.flash_attn_with_kvcache(**inputs, return_lse=True)
+
+    region, written = buffers["region"], c.written(on_cpu)
+    for name, ref_cache in (("k", ref_k_cache), ("v", ref_v_cache)):
+        outside = torch.ones_like(buffers[name], dtype=torch.bool)
+        outside[region] = False
+        assert torch.equal(buffers[name][outside], before[name][outside]), f"{name}: a row outside the cache changed"
+        cache, cache_before = buffers[name][region].cpu(), before[name][region].cpu()
+        assert torch.equal(cache[~written], cache_before[~written]), f"{name}_cache changed outside the new slots"
+        if name == "k" and c.rotary:  # rotated in float32 here, in float64 there: one rounding apart at most
+            torch.testing.assert_close(cache[written], ref_cache[written])
+        else:
+            assert torch.equal(cache[written], ref_cache[written])
+
+    queries = inputs["q"]
+    if c.rotary:
+        positions = [[n + (i if c.q_positions_per_row else 0) for i in range(c.seqlen_q)] for n in c.filled]
+        rotated = rotate_plainly(on_cpu["q"], on_cpu["rotary_cos"], on_cpu["rotary_sin"], positions, c.rotary[1])
+        queries = rotated.to(dtype).cuda()
+    options = {name: c.options[name] for name in ("causal", "window_size", "softmax_scale") if name in c.options}
+    for b in range(c.batch):
+        keys_at = c.key_range(b)
+        if not keys_at:
+            assert torch.equal(out[b], torch.zeros_like(out[b])), f"sequence {b} has no key: O must be 0"
+            assert (lse[b] == -math.inf).all(), f"sequence {b} has no key: LSE must be -inf"
+            continue
+        rows, offsets = (torch.tensor(index) for index in zip(*(c.slot(on_cpu, b, p) for p in keys_at), strict=True))
+        keys, values = (cache[rows, offsets].cuda() for cache in (ref_k_cache, ref_v_cache))
+        check_against_spec(out[b : b + 1], lse[b : b + 1], queries[b : b + 1], keys[None], values[None], **options)
+
+
+def test_a_captured_decode_step_replays_with_new_cache_seqlens():
+    batch, capacity, nheads, nheads_k, headdim, dtype = 3, 384, 8, 2, 128, torch.bfloat16
+    generator = torch.Generator(device="cuda").manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, device="cuda", dtype=dtype)
+
+    k_cache, v_cache = randn(batch, capacity, nheads_k, headdim), randn(batch, capacity, nheads_k, headdim)
+    q, k, v = randn(batch, 1, nheads, headdim), randn(batch, 1, nheads_k, headdim), randn(batch, 1, nheads_k, headdim)
+    cos, sin = (t.cuda() for t in rotary_tables(capacity, 32, dtype))
+    cache_seqlens = torch.tensor([5, 0, 100], dtype=torch.int32, device="cuda")
+
+    def step(k_cache, v_cache):
+        return flashcute.flash_attn_with_kvcache(
+            q, k_cache, v_cache, k, v, cos, sin, cache_seqlens, causal=True, rotary_interleaved=False, return_lse=True
+        )
+
+    start = k_cache.clone(), v_cache.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(k_cache, v_cache)  # compiles and loads the kernels, which a capture cannot
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = step(k_cache, v_cache)
+    k_cache.copy_(start[0])
+    v_cache.copy_(start[1])
+
+    for lengths in ([0, 1, capacity - 1], [64, 255, 17], [capacity - 1, 0, 128]):
+        for t in (q, k, v):
+            t.copy_(randn(*t.shape))
+        cache_seqlens.copy_(torch.tensor(lengths, dtype=torch.int32))
+        want_k_cache, want_v_cache = k_cache.clone(), v_cache.clone()
+        want_out, want_lse = step(want_k_cache, want_v_cache)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(k_cache, want_k_cache) and torch.equal(v_cache, want_v_cache), lengths
+        assert torch.equal(out, want_out) and torch.equal(lse, want_lse), lengths
+
+
+REFUSED = [
+    ({"softcap": 2.0}, ValueError, "softcap=2.0 is not supported by flashcute's CUDA kernels"),
+    ({"dtype": torch.float32}, TypeError, "q must have dtype float16 or bfloat16, got torch.float32"),
+    ({"headdim": 264}, ValueError, "headdim must be a multiple of 8 up to 256, got 264"),
+    ({"cache_stride": 2}, ValueError, "k_cache must have a contiguous last dim (stride 1)"),
+]
+
+
+@pytest.mark.parametrize("changes, error, message", REFUSED)
+def test_a_call_the_kernels_cannot_run_writes_nothing(changes, error, message):
+    dtype, headdim, stride = (
+        changes.get("dtype", torch.float16),
+        changes.get("headdim", 64),
+        changes.get("cache_stride", 1),
+    )
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    q, k, v = randn(2, 1, 4, headdim), randn(2, 1, 2, headdim), randn(2, 1, 2, headdim)
+    k_cache, v_cache = randn(2, 16, 2, headdim * stride)[..., ::stride], randn(2, 16, 2, headdim)
+    before = k_cache.clone(), v_cache.clone()
+    seqlens = torch.tensor([3, 9], dtype=torch.int32, device="cuda")
+    softcap = changes.get("softcap", 0.0)
+    with pytest.raises(error, match=re.escape(message)):
+        flashcute.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens, softcap=softcap)
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+    if softcap:  # the same error as flash_attn_varlen_func's
+        cu_seqlens = torch.arange(3, dtype=torch.int32, device="cuda")
+        with pytest.raises(error, match=re.escape(message)):
+            flashcute.flash_attn_varlen_func(q[:, 0], k[:, 0], v[:, 0], cu_seqlens, cu_seqlens, 1, 1, softcap=softcap)
