@@ -148,9 +148,9 @@ def validate_varlen_args(
     """Check a packed batch's shapes, sequence tensors and options without reading device memory (no host sync);
     `validate_varlen_values` checks the values of the sequence tensors. Raises TypeError / ValueError naming the
     argument, the value given and what is allowed."""
-    total_q, nheads, headdim = _packed_shape("q", q, VARLEN_Q_DIMS)
-    total_k, nheads_k, _ = k_shape = _packed_shape("k", k, VARLEN_KV_DIMS)
-    v_shape = _packed_shape("v", v, VARLEN_KV_DIMS)
+    total_q, nheads, headdim = _shape("q", q, VARLEN_Q_DIMS, empty_rows=True)
+    total_k, nheads_k, _ = k_shape = _shape("k", k, VARLEN_KV_DIMS, empty_rows=True)
+    v_shape = _shape("v", v, VARLEN_KV_DIMS, empty_rows=True)
     if v_shape != k_shape:
         raise ValueError(f"v must have the same shape as k, {k_shape}, got shape {v_shape}")
     if k_shape[2] != headdim:
@@ -214,19 +214,6 @@ def validate_varlen_values(args: VarlenArgs, cu_seqlens_q: Any, cu_seqlens_k: An
             raise ValueError(f"{longest_name} ({longest}) is smaller than sequence {b}'s length {lengths[b]}")
 
 
-def _packed_shape(name: str, x: Any, dims: tuple[str, ...]) -> tuple[int, ...]:
-    if not hasattr(x, "shape"):
-        raise TypeError(f"{name} must be a tensor ({', '.join(dims)}), got {type(x).__name__}")
-    shape = tuple(int(size) for size in x.shape)
-    if len(shape) != len(dims):
-        layout = f"({', '.join(dims)})"
-        raise ValueError(f"{name} must have 3 dimensions {layout}, got shape {shape} ({len(shape)} dimensions)")
-    if min(shape[1:]) < 1:
-        dim = 1 if shape[1] < 1 else 2
-        raise ValueError(f"{name}.shape[{dim}] ({dims[dim]}) must be >= 1, got {shape[dim]}")
-    return shape
-
-
 def _check_int32_vector(name: str, t: Any, q: Any, size: int | None, layout: str) -> int:
     """``t``'s length, after checking it is a contiguous int32 vector on q's device of ``size`` entries (None: at
     least one)."""
@@ -271,15 +258,20 @@ def validate_tile_sizes(block_m: Any, block_n: Any) -> None:
 # ---- shapes -------------------------------------------------------------------------------------------------
 
 
-def _shape(name: str, x: Any, dims: tuple[str, ...]) -> tuple[int, ...]:
+def _shape(name: str, x: Any, dims: tuple[str, ...], empty_rows: bool = False) -> tuple[int, ...]:
+    """x's shape after checking it has one size per name in ``dims``, each >= 1 (the first may be 0 with
+    ``empty_rows``: a packed batch's total of rows)."""
     if not hasattr(x, "shape"):
         raise TypeError(f"{name} must be a tensor or array ({', '.join(dims)}), got {type(x).__name__}")
     shape = tuple(int(size) for size in x.shape)
     if len(shape) != len(dims):
         layout = f"({', '.join(dims)})"
-        raise ValueError(f"{name} must have 4 dimensions {layout}, got shape {shape} ({len(shape)} dimensions)")
-    if min(shape) < 1:
-        dim = next(dim for dim, size in enumerate(shape) if size < 1)
+        raise ValueError(
+            f"{name} must have {len(dims)} dimensions {layout}, got shape {shape} ({len(shape)} dimensions)"
+        )
+    first = 1 if empty_rows else 0
+    if min(shape[first:]) < 1:
+        dim = next(dim for dim, size in enumerate(shape) if size < 1 and dim >= first)
         raise ValueError(
             f"{name}.shape[{dim}] ({dims[dim]}) must be >= 1 (empty inputs are rejected), got {shape[dim]}"
         )

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from flashcute.validation import AttentionArgs, validate_attention_args, validate_tile_sizes
+from flashcute.validation import (
+    AttentionArgs,
+    validate_attention_args,
+    validate_tile_sizes,
+    validate_varlen_args,
+    validate_varlen_values,
+)
 
 
 def shaped(*shape: int) -> np.ndarray:
@@ -149,3 +155,73 @@ def test_tma_addressable_materializes_broadcast_dims_only():
     assert view.stride() == (4096, 64, 32, 1) and view.data_ptr() == one.data_ptr()
     sliced = torch.randn(2, 64, 3, 32)[:, :, 1:]
     assert tma_addressable(sliced) is sliced
+
+
+# ---- packed variable-length batches ---------------------------------------------------------------------------
+
+
+def packed_args(**changes):
+    """flash_attn_varlen_func's arguments for two sequences (4 and 6 queries, 5 and 7 keys), on the CPU, with
+    ``changes`` applied."""
+    args = {
+        "q": torch.empty(10, 4, 64),
+        "k": torch.empty(12, 2, 64),
+        "v": torch.empty(12, 2, 64),
+        "cu_seqlens_q": torch.tensor([0, 4, 10], dtype=torch.int32),
+        "cu_seqlens_k": torch.tensor([0, 5, 12], dtype=torch.int32),
+        "max_seqlen_q": 6,
+        "max_seqlen_k": 7,
+    }
+    return {**args, **changes}
+
+
+def test_packed_batch_resolves():
+    args = validate_varlen_args(**packed_args(), causal=True, window_size=(3, 5))
+    assert (args.batch, args.total_q, args.total_k, args.nheads, args.nheads_k, args.headdim) == (2, 10, 12, 4, 2, 64)
+    assert (args.window_left, args.window_right, args.softmax_scale) == (3, 0, 0.125)
+    empty = validate_varlen_args(**packed_args(q=torch.empty(0, 4, 64), cu_seqlens_q=torch.zeros(3, dtype=torch.int32)))
+    assert empty.total_q == 0
+
+
+@pytest.mark.parametrize(
+    "changes, error, message",
+    [
+        ({"q": torch.empty(10, 4)}, ValueError, r"q must have 3 dimensions \(total_q, nheads, headdim\)"),
+        ({"q": torch.empty(10, 0, 64)}, ValueError, r"q.shape\[1\] \(nheads\) must be >= 1"),
+        ({"v": torch.empty(11, 2, 64)}, ValueError, "v must have the same shape as k"),
+        ({"k": torch.empty(12, 3, 64), "v": torch.empty(12, 3, 64)}, ValueError, "must divide q's nheads"),
+        ({"cu_seqlens_q": torch.tensor([0, 4, 10])}, TypeError, "cu_seqlens_q must have dtype int32"),
+        ({"cu_seqlens_q": [0, 4, 10]}, TypeError, "cu_seqlens_q must be an int32 torch.Tensor"),
+        ({"cu_seqlens_k": torch.tensor([0, 12], dtype=torch.int32)}, ValueError, "as many entries as cu_seqlens_q"),
+        ({"cu_seqlens_q": torch.zeros(0, dtype=torch.int32)}, ValueError, "at least one entry"),
+        ({"seqused_q": torch.tensor([4], dtype=torch.int32)}, ValueError, r"seqused_q must have shape \(batch,\)"),
+        ({"max_seqlen_q": -1}, ValueError, "max_seqlen_q must be an int >= 0"),
+        ({"max_seqlen_k": 7.0}, TypeError, "max_seqlen_k must be an int >= 0"),
+    ],
+)
+def test_packed_batch_errors_name_the_argument(changes, error, message):
+    with pytest.raises(error, match=message):
+        validate_varlen_args(**packed_args(**changes))
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"cu_seqlens_q": torch.tensor([1, 4, 10], dtype=torch.int32)}, r"cu_seqlens_q\[0\] must be 0"),
+        ({"cu_seqlens_k": torch.tensor([0, 8, 7], dtype=torch.int32)}, "cu_seqlens_k must not decrease"),
+        ({"cu_seqlens_q": torch.tensor([0, 4, 9], dtype=torch.int32)}, r"cu_seqlens_q\[-1\] \(9\) must equal"),
+        ({"max_seqlen_k": 6}, r"max_seqlen_k \(6\) is smaller than sequence 1's length 7"),
+        ({"seqused_q": torch.tensor([4, 7], dtype=torch.int32)}, r"seqused_q\[1\] must be in \[0, 6\]"),
+    ],
+)
+def test_packed_batch_values_are_checked_on_request(changes, message):
+    given = packed_args(**changes)
+    args = validate_varlen_args(**given)
+    with pytest.raises(ValueError, match=message):
+        validate_varlen_values(args, given["cu_seqlens_q"], given["cu_seqlens_k"], given.get("seqused_q"), None)
+
+
+def test_seqused_bounds_the_lengths_max_seqlen_must_cover():
+    given = packed_args(seqused_q=torch.tensor([2, 3], dtype=torch.int32), max_seqlen_q=3)
+    args = validate_varlen_args(**given)
+    validate_varlen_values(args, given["cu_seqlens_q"], given["cu_seqlens_k"], given["seqused_q"], None)
