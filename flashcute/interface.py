@@ -59,6 +59,14 @@ def launch_fwd(
     launch(q, k, v, out, lse, softmax_scale, diag_offset)
 
 
+def _aligned_grad(dout: torch.Tensor) -> torch.Tensor:
+    """The output gradient as the kernels read it (a unit last stride, 16-byte aligned rows): autograd hands over
+    whatever layout the loss made, so one that does not fit is copied rather than refused."""
+    if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
+        return dout.contiguous()
+    return dout
+
+
 def launch_bwd(
     dout: torch.Tensor,
     q: torch.Tensor,
@@ -78,8 +86,7 @@ def launch_bwd(
 
     dQ is added across K/V tiles by fp32 atomics (or TMA reduce-adds) by default; ``deterministic`` computes it in
     a kernel that adds in a fixed order, bitwise reproducible."""
-    if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
-        dout = dout.contiguous()
+    dout = _aligned_grad(dout)
     family = registry.backward_family(q.device, None if kernel == "auto" else kernel, q.shape[-1], deterministic)
     validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
@@ -360,8 +367,7 @@ def launch_varlen_bwd(
     """The backward of a packed batch: (dq, dk, dv) shaped like q, k, v; rows outside every sequence get 0."""
     if q.shape[0] == 0 or k.shape[0] == 0 or cu_seqlens_q.shape[0] == 1 or 0 in (max_seqlen_q, max_seqlen_k):
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
-        dout = dout.contiguous()
+    dout = _aligned_grad(dout)
     name = None if kernel == "auto" else kernel
     family = registry.backward_family(q.device, name, q.shape[-1], deterministic, packed=True)
     validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
