@@ -14,8 +14,9 @@ import math
 
 import torch
 
+from flashcute import splitkv
 from flashcute.kernels import registry
-from flashcute.kernels.launch import dtype_name
+from flashcute.kernels.launch import dtype_name, num_sms
 from flashcute.validation import (
     AttentionArgs,
     validate_attention_args,
@@ -216,6 +217,8 @@ def flash_attn_func(
     q, k, v = plan.inputs(q, k, v)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = FlashAttention.apply(q, k, v, (*plan.scalars, deterministic))
+    elif plan.key_range is not None and not compiling:
+        out, lse = _split_kv(q, k, v, plan)
     elif compiling:
         out, lse = _OPS.fwd.default(q, k, v, *plan.scalars)
     else:
@@ -228,10 +231,13 @@ class CallPlan:
     scalars (softmax_scale, diag_offset, window_left, window_right, kernel), whether the inputs need new strides
     (validate_cuda_inputs' row views) or a cast (autocast), so that a repeated call only looks its plan up."""
 
-    __slots__ = ("args", "casts", "restrides", "scalars")
+    __slots__ = ("args", "casts", "key_range", "restrides", "scalars")
 
-    def __init__(self, args: AttentionArgs, scalars: tuple, restrides: bool, casts: bool):
+    def __init__(
+        self, args: AttentionArgs, scalars: tuple, restrides: bool, casts: bool, key_range: tuple[int, int] | None
+    ):
         self.args, self.scalars, self.restrides, self.casts = args, scalars, restrides, casts
+        self.key_range = key_range
 
     def inputs(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """q, k and v as the kernels take them: cast under autocast, rows re-strided where validation said so."""
@@ -295,7 +301,38 @@ def _plan(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, ke
         raise TypeError(f"kernel must be a str or None, got {kernel!r}")
     restrides = any(new is not old for new, old in zip(ready, (q, k, v), strict=True))
     scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args), kernel or "auto")
-    return CallPlan(args, scalars, restrides, casts)
+    return CallPlan(args, scalars, restrides, casts, _split_key_range(args, *ready))
+
+
+def _split_key_range(args: AttentionArgs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int] | None:
+    """The keys [lo, hi) a call attends on the split-KV path (splitkv.py), or None where the plain launch is as
+    fast: decoding-sized calls (every (sequence, kv head)'s queries fit one tile), unmasked or with one query row
+    (whose mask is a key range), with at least two splits' worth of keys to walk and either more than one split or
+    query heads to pack; the keys' (batch, seqlen_k) dims must merge into the packed kernels' rows."""
+    group = args.qheads_per_kvhead
+    if args.seqlen_q * group > splitkv.ROWS_PER_TILE or (args.has_mask and args.seqlen_q > 1):
+        return None
+    if any(t.shape[0] > 1 and t.stride(0) != t.shape[1] * t.stride(1) for t in (k, v)):
+        return None
+    lo, hi = 0, args.seqlen_k
+    if args.seqlen_q == 1:
+        lo, hi = splitkv.one_query_key_range(args.diagonal_offset, args.seqlen_k, *kernel_window(args))
+    if hi - lo < 2 * splitkv.MIN_SPLIT_KEYS:
+        return None
+    tiles = splitkv.packed_tiles(args.batch, args.seqlen_q, args.nheads, args.nheads_k)
+    if group == 1 and splitkv.num_splits(tiles, hi - lo, num_sms(q.device)) == 1:
+        return None
+    return lo, hi
+
+
+def _split_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: CallPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    """flash_attn_func's forward on the split-KV path, over the plan's key range."""
+    args, (lo, hi) = plan.args, plan.key_range
+    batch, seqlen_k = args.batch, args.seqlen_k
+    first_key = torch.arange(lo, batch * seqlen_k + lo, seqlen_k, dtype=torch.int32, device=q.device)
+    key_count = torch.full((batch,), hi - lo, dtype=torch.int32, device=q.device)
+    keys, values = (t.view(batch * seqlen_k, *t.shape[2:]) for t in (k, v))
+    return splitkv.attention(q, keys, values, first_key, key_count, hi - lo, args.softmax_scale, plan.scalars[4])
 
 
 # ---- packed variable-length batches ---------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from flashcute import interface
+from flashcute import interface, splitkv
+from flashcute.kernels import registry
 from flashcute.validation import validate_kvcache_args, validate_kvcache_kernel_inputs
 
 
@@ -58,6 +59,7 @@ def flash_attn_with_kvcache(
     rotary_interleaved: bool = True,
     num_splits: int = 0,
     return_lse: bool = False,
+    kernel: str | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of q over a key/value cache, after appending new keys and values to it in place: one step of
     incremental decoding, with flash_attn 2's conventions (``flash_attn.flash_attn_with_kvcache``). CUDA fp16 /
@@ -91,14 +93,17 @@ def flash_attn_with_kvcache(
     (attention_kvcache_ref checks them all). A write past the capacity or a rotary position past seqlen_ro fails
     a device index check; attention only reads each sequence's own capacity.
 
-    The attention is one flash_attn_varlen_func call. A cache indexed by batch (no cache_batch_idx, no
-    block_table) is read where it lies, when its (batch, seqlen_cache) dims merge into one (else those rows are
-    copied). With cache_batch_idx or block_table, the kernels take one packed tensor, so each sequence's cache
-    row or pages are first gathered into a (batch, capacity, nheads_k, headdim) copy of k and of v (a page that
-    holds none of its keys is never read: page 0 stands in for it): that copy is the cost of those layouts.
-    softcap must be 0 (the kernels' rule, the same error as flash_attn_varlen_func). num_splits is how flash_attn
-    lets a caller choose how many chunks its split-KV kernel cuts each sequence's keys into (0: its heuristic); it
-    must be an int >= 0, and flashcute picks its own launch: the value does not change the result.
+    The attention runs on the packed-batch kernels: a cache indexed by batch (no cache_batch_idx, no block_table)
+    is read where it lies, when its (batch, seqlen_cache) dims merge into one (else those rows are copied). With
+    cache_batch_idx or block_table, the kernels take one packed tensor, so each sequence's cache row or pages are
+    first gathered into a (batch, capacity, nheads_k, headdim) copy of k and of v (a page that holds none of its
+    keys is never read: page 0 stands in for it): that copy is the cost of those layouts. A call with one query
+    row (its causal mask and window are a range of keys) or without a mask takes the split-KV path (splitkv.py):
+    the query heads of a kv head share its tiles, and each sequence's keys are cut into ``num_splits`` chunks
+    walked by thread blocks of their own (0: a heuristic from the batch, heads, capacity and SM count; 1: no
+    split), merged in fp32. Several query rows under a mask run as one packed launch, whatever num_splits says.
+    softcap must be 0 (the kernels' rule, the same error as flash_attn_varlen_func). ``kernel`` picks a kernel
+    family by name, as in flash_attn_func.
 
     No device value is read on the host: with tensor cache_seqlens a whole step (write and attention) can be
     captured in a CUDA graph and replayed after new values are copied into q, k, v and cache_seqlens.
@@ -127,6 +132,10 @@ def flash_attn_with_kvcache(
         return_lse,
     )
     validate_kvcache_kernel_inputs(q, k_cache, v_cache, args)
+    if kernel is not None:
+        if not isinstance(kernel, str):
+            raise TypeError(f"kernel must be a str or None, got {kernel!r}")
+        registry.pick(q.device, kernel)  # an unknown or unavailable name fails before the cache is written
     batch, seqlen_q, nheads, headdim = q.shape
     nheads_k, capacity, device = k_cache.shape[2], args.capacity, q.device
     if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
@@ -162,23 +171,27 @@ def flash_attn_with_kvcache(
         keys, values = k_cache[:batch], v_cache[:batch]
     keys, values = (t.reshape(batch * capacity, nheads_k, headdim) for t in (keys, values))
     first_rows = torch.arange(batch, dtype=torch.int32, device=device) * capacity
+    a = args.attention
+    name = kernel or "auto"
+    if seqlen_q == 1 or not a.has_mask:  # unmasked, or one query row whose mask is a range of keys
+        if seqlen_q == 1 and a.window_left >= 0:
+            start = torch.maximum(start, end - 1 - a.window_left)
+        out, lse = splitkv.attention(
+            q, keys, values, first_rows + start, end - start, capacity, a.softmax_scale, name, num_splits
+        )
+        return (out, lse) if return_lse else out
+
     cu_seqlens_k = F.pad(first_rows + start, (0, 1), value=batch * capacity)
     cu_seqlens_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=device)
-    a = args.attention
-    out, lse = interface.flash_attn_varlen_func(
+    packed = (cu_seqlens_q, cu_seqlens_k, None, end - start, seqlen_q, capacity)
+    out, lse = interface.varlen_outputs(
         q.reshape(batch * seqlen_q, nheads, headdim),
         keys,
         values,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        seqlen_q,
-        capacity,
-        softmax_scale=a.softmax_scale,
-        causal=a.causal,
-        window_size=(a.window_left, a.window_right),
-        softcap=a.softcap,
-        return_lse=True,
-        seqused_k=end - start,
+        *packed,
+        a.softmax_scale,
+        *interface.kernel_window(a),
+        name,
     )
     out = out.view(batch, seqlen_q, nheads, headdim)
     if not return_lse:

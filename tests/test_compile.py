@@ -29,7 +29,7 @@ import pytest
 from flashcute import compile_cache
 from flashcute.kernels import registry
 from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, in_packed_sample
-from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig
+from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, CombineConfig
 from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants
 from flashcute.kernels.sm80.config import BwdConfig
 from flashcute.kernels.sm90.config import Sm90BwdConfig, Sm90FwdConfig, sm90_fwd_config
@@ -392,6 +392,13 @@ def test_sass_holds_the_algorithms_instructions(reports, config, arch: str):
         tile_stores = report.count("STG.E.128")
         assert (tile_stores > 0) == (isinstance(config, BwdPostConfig) or config.clear_dq_accum), report.opcodes
         assert (report.count("STG") > tile_stores) == isinstance(config, BwdPreConfig), report.opcodes
+        for opcode in ("HMMA", "LDGSTS", "LDS", "STS"):
+            assert report.count(opcode) == 0, f"{opcode} in a kernel that streams through registers"
+        return
+    if isinstance(config, CombineConfig):
+        # the partial O rows read and O written 16 bytes a thread; the LSE rows 4 bytes; exp2 weights, no MMA
+        assert report.count("LDG.E.128") > 0 and report.count("LDG.E") > 0, report.opcodes
+        assert report.count("STG.E.128") > 0 and report.count("STG.E") > 0 and report.count("MUFU.EX2") > 0
         for opcode in ("HMMA", "LDGSTS", "LDS", "STS"):
             assert report.count(opcode) == 0, f"{opcode} in a kernel that streams through registers"
         return

@@ -1,7 +1,7 @@
 """flash_attn_with_kvcache on CPU: the argument checks, the rotary embedding against its formula, and everything
 around the attention (rotary positions, the in-place append, packing, cu_seqlens, seqused, cache_leftpad,
-cache_batch_idx, pages) with flash_attn_varlen_func replaced by a float64 stand-in that reads a packed batch by the
-kernels' rule, against attention_kvcache_ref."""
+cache_batch_idx, pages, grouped-query packing and split-KV) with the packed launch and the combine replaced by
+float64 stand-ins that read a packed batch by the kernels' rule, against attention_kvcache_ref."""
 
 from __future__ import annotations
 
@@ -16,44 +16,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flashcute
-from flashcute import interface, validation
+from flashcute import interface, splitkv, validation
+from flashcute.kernels.common import prepost
 from flashcute.kvcache import apply_rotary, flash_attn_with_kvcache
 from flashcute.reference import attention_kvcache_ref, attention_varlen_ref
-from flashcute.validation import KvcacheArgs, validate_kvcache_args, validate_varlen_args
+from flashcute.validation import KvcacheArgs, validate_kvcache_args
 
 
-class VarlenStandIn:
-    """flash_attn_varlen_func in float64 on the CPU, reading sequence b's rows as the kernels do:
-    cu_seqlens[b] + [0, min(cu_seqlens[b + 1] - cu_seqlens[b], seqused[b])), which must lie inside the packed
-    tensor and within max_seqlen. Records each call's packed tensors and sequence lengths."""
+class PackedLaunchStandIn:
+    """The packed-batch forward launch (interface.varlen_outputs) in float64 on the CPU, reading sequence b's rows
+    as the kernels do: cu_seqlens[b] + [0, min(cu_seqlens[b + 1] - cu_seqlens[b], seqused[b])), which must lie
+    inside the packed tensor and within max_seqlen. Records each call's packed tensors and sequence lengths."""
 
     def __init__(self):
         self.calls: list[dict] = []
 
     def __call__(
-        self,
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale=None,
-        causal=False,
-        window_size=(-1, -1),
-        softcap=0.0,
-        deterministic=False,
-        return_lse=False,
-        seqused_q=None,
-        seqused_k=None,
-        validate=False,
-        kernel=None,
-    ):
-        validate_varlen_args(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, softmax_scale,
-            causal, window_size, softcap,
-        )  # fmt: skip
+        self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+        window_left, window_right, kernel,
+    ):  # fmt: skip
         lengths = []
         for cu, used, rows, longest in (
             (cu_seqlens_q, seqused_q, q.shape[0], max_seqlen_q),
@@ -68,19 +49,60 @@ class VarlenStandIn:
         self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1]})
         out, lse = attention_varlen_ref(
             q, k, v, cu_seqlens_q, cu_seqlens_k, *(torch.tensor(n, dtype=torch.int32) for n in lengths),
-            softmax_scale, causal, window_size, softcap, return_lse=True,
+            softmax_scale, window_size=(window_left, window_right), return_lse=True,
         )  # fmt: skip
-        return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
+        return out.to(q.dtype), lse  # LSE kept in float64 (the kernels' is float32): the splits merge exactly
+
+
+def combine_plainly(partial_out, partial_lse, out, lse) -> None:
+    """prepost.combine's result in float64: partial_out (batch, splits, rows, nheads_k, headdim) and partial_lse
+    (nheads_k, batch, splits, rows) merged by their LSE weights into out (batch * seqlen_q, group, nheads_k,
+    headdim) and lse (batch, nheads_k, group, seqlen_q), a row being (position, head in the group)."""
+    batch, _, _, nheads_k, headdim = partial_out.shape
+    lse_s = partial_lse.permute(1, 2, 3, 0).double()  # (batch, splits, rows, nheads_k)
+    total = torch.logsumexp(lse_s, dim=1)
+    weights = torch.exp(lse_s - total[:, None]).nan_to_num(0.0)  # a row no split saw: 0, not NaN
+    merged = (weights[..., None] * partial_out.double()).sum(1)
+    group, seqlen_q = out.shape[1], lse.shape[3]
+    out.copy_(merged.reshape(batch * seqlen_q, group, nheads_k, headdim))
+    lse.copy_(total.view(batch, seqlen_q, group, nheads_k).permute(0, 3, 2, 1))
 
 
 @pytest.fixture
-def stand_in(monkeypatch) -> VarlenStandIn:
-    """flash_attn_with_kvcache on CPU tensors: the CUDA kernels' input checks pass them through, and the attention
-    is the float64 stand-in."""
-    varlen = VarlenStandIn()
-    monkeypatch.setattr(interface, "flash_attn_varlen_func", varlen)
+def stand_in(monkeypatch) -> PackedLaunchStandIn:
+    """flash_attn_with_kvcache on CPU tensors: the CUDA kernels' input checks pass them through, the packed
+    launch is the float64 stand-in, the combine ``combine_plainly``, and split-KV cuts keys into chunks of 2 (at
+    least 4 to a split, for a GPU of 132 SMs), so that these small caches split."""
+    launch = PackedLaunchStandIn()
+    monkeypatch.setattr(interface, "varlen_outputs", launch)
+    monkeypatch.setattr(prepost, "combine", combine_plainly)
     monkeypatch.setattr(validation, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
-    return varlen
+    monkeypatch.setattr(splitkv, "num_sms", lambda device: 132)
+    monkeypatch.setattr(splitkv, "KEY_TILE", 2)
+    monkeypatch.setattr(splitkv, "MIN_SPLIT_KEYS", 4)
+    return launch
+
+
+def keys_per_sequence(call: dict, batch: int) -> list[int]:
+    """The keys each sequence of the call attended, its splits' summed (a packed batch of batch x splits)."""
+    lengths = call["lengths_k"]
+    splits = len(lengths) // batch
+    return [sum(lengths[b * splits : (b + 1) * splits]) for b in range(batch)]
+
+
+def queries_of(call: dict, shape: tuple[int, ...]) -> torch.Tensor:
+    """The launch's q as (batch, seqlen_q, nheads, headdim): unpacked from the split path's rows (sequence (b,
+    split), row (position, head in the group), kv head) or, from the plain packed launch, a view."""
+    batch, seqlen_q, nheads, headdim = shape
+    q = call["q"]
+    if q.shape[1] == nheads:
+        return q.view(shape)
+    nheads_k = q.shape[1]
+    group = nheads // nheads_k
+    packed = q.view(batch, -1, seqlen_q, group, nheads_k, headdim)
+    for split in range(1, packed.shape[1]):
+        assert torch.equal(packed[:, split], packed[:, 0]), "every split of a sequence reads its queries"
+    return packed[:, 0].transpose(2, 3).reshape(shape)
 
 
 def rotate_plainly(x, cos, sin, positions, interleaved: bool) -> torch.Tensor:
@@ -166,14 +188,14 @@ def test_rotary_positions_follow_flash_attn(stand_in, causal, window, per_row, i
         rotary_interleaved=interleaved,
     )  # fmt: skip
     q_positions = [[n + (i if per_row else 0) for i in range(seqlen_q)] for n in filled]
-    rotated_q = stand_in.calls[0]["q"].view(q.shape)
+    rotated_q = queries_of(stand_in.calls[0], q.shape)
     torch.testing.assert_close(rotated_q, rotate_plainly(q, cos, sin, q_positions, interleaved), rtol=0, atol=1e-14)
     k_positions = [[n + i for i in range(seqlen_new)] for n in filled]
     rotated_k = rotate_plainly(k, cos, sin, k_positions, interleaved)
     for b, i in itertools.product(range(batch), range(seqlen_new)):
         torch.testing.assert_close(k_cache[b, filled[b] + i], rotated_k[b, i], rtol=0, atol=1e-14)
         assert torch.equal(v_cache[b, filled[b] + i], v[b, i])
-    assert stand_in.calls[0]["lengths_k"] == [filled[0] + seqlen_new - 1, filled[1] + seqlen_new]
+    assert keys_per_sequence(stand_in.calls[0], batch) == [filled[0] + seqlen_new - 1, filled[1] + seqlen_new]
 
 
 # ---- the whole call against attention_kvcache_ref --------------------------------------------------------------
@@ -254,6 +276,12 @@ class Case:
         end = self.capacity if self.filled is None else self.filled[b] + (self.seqlen_new or 0)
         return range(0 if self.leftpad is None else self.leftpad[b], end)
 
+    def attended(self, b: int) -> int:
+        """How many keys the launch reads for sequence b: its key range, cut to the window of a single query."""
+        keys = len(self.key_range(b))
+        window_left = self.options.get("window_size", (-1, -1))[0]
+        return min(keys, window_left + 1) if self.seqlen_q == 1 and window_left >= 0 else keys
+
     def page_in_use(self, b: int, j: int) -> bool:
         keys, new = self.key_range(b), self.new_positions(b)
         return any(j * self.page <= p < (j + 1) * self.page for p in itertools.chain(keys, new))
@@ -323,7 +351,6 @@ def cases(draw) -> Case:
         "causal": draw(st.booleans()),
         "window_size": window,
         "softmax_scale": draw(st.sampled_from([None, 0.7])),
-        "softcap": draw(st.sampled_from([0.0, 0.0, 1.5])),
         "num_splits": draw(st.sampled_from([0, 1, 3])),
     }
     return Case(
@@ -366,8 +393,8 @@ def test_matches_the_reference_and_writes_only_the_new_slots(stand_in, case):
     torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
     empty = ref_lse == -math.inf
     assert torch.equal(lse == -math.inf, empty), "exactly the queries that see no key have LSE = -inf"
-    torch.testing.assert_close(lse[~empty], ref_lse[~empty].float())
-    assert stand_in.calls[0]["lengths_k"] == [len(case.key_range(b)) for b in range(case.batch)]
+    torch.testing.assert_close(lse[~empty].float(), ref_lse[~empty].float())  # the stand-in's LSE is float64
+    assert keys_per_sequence(stand_in.calls[0], case.batch) == [case.attended(b) for b in range(case.batch)]
 
     region, written = buffers["region"], case.written(inputs)
     for name, ref_cache in (("k", ref_k_cache), ("v", ref_v_cache)):
@@ -393,7 +420,7 @@ def test_a_repeated_cache_batch_idx_reads_the_same_row(stand_in):
     }
     out = flash_attn_with_kvcache(q, k_cache, v_cache, **inputs)
     torch.testing.assert_close(out, attention_kvcache_ref(q, k_cache, v_cache, **inputs)[0], rtol=0, atol=1e-12)
-    assert stand_in.calls[0]["lengths_k"] == [4, 3, 1]
+    assert keys_per_sequence(stand_in.calls[0], 3) == [4, 3, 1]
 
 
 def test_builds_no_autograd_graph(stand_in):

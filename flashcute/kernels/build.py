@@ -17,18 +17,23 @@ from pathlib import Path
 ATTENTION_SCALARS = (1.0, 0, -1, -1)
 
 
-def _fake_bshd(dtype, batch, seqlen, heads, head_dim):
-    """A (batch, seqlen, heads, head_dim) tensor with symbolic, 16-byte-aligned strides and a unit last stride."""
+def fake_rows(dtype, shape: tuple):
+    """A tensor of ``shape`` (its last dim the head dim) with symbolic, 16-byte-aligned strides and a unit last
+    stride: q, k, v and the like."""
     import cutlass.cute as cute
 
     align = 128 // dtype.width
-    strides = (
-        cute.sym_int64(divisibility=align),
-        cute.sym_int64(divisibility=align),
-        cute.sym_int64(divisibility=align),
-        1,
-    )
-    return cute.runtime.make_fake_tensor(dtype, (batch, seqlen, heads, head_dim), stride=strides, assumed_align=16)
+    strides = (*(cute.sym_int64(divisibility=align) for _ in shape[:-1]), 1)
+    return cute.runtime.make_fake_tensor(dtype, shape, stride=strides, assumed_align=16)
+
+
+def fake_stats(shape: tuple):
+    """A float32 tensor of ``shape`` with symbolic strides and a unit last stride: per-row statistics (LSE, D)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    strides = (*(cute.sym_int64() for _ in shape[:-1]), 1)
+    return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
 
 
 class SymbolicProblem:
@@ -45,19 +50,15 @@ class SymbolicProblem:
 
     def q_like(self, dtype=None):
         """(batch, seqlen_q, nheads, head_dim): q, out, dout, dq."""
-        return _fake_bshd(dtype or self.dtype, self.batch, self.seqlen_q, self.nheads, self.head_dim)
+        return fake_rows(dtype or self.dtype, (self.batch, self.seqlen_q, self.nheads, self.head_dim))
 
     def kv_like(self):
         """(batch, seqlen_k, nheads_k, head_dim): k, v, dk, dv."""
-        return _fake_bshd(self.dtype, self.batch, self.seqlen_k, self.nheads_k, self.head_dim)
+        return fake_rows(self.dtype, (self.batch, self.seqlen_k, self.nheads_k, self.head_dim))
 
     def row_stats(self):
         """(batch, nheads, seqlen_q) float32 with a unit last stride: LSE, or D = rowsum(dO * O)."""
-        import cutlass
-        import cutlass.cute as cute
-
-        shape, strides = (self.batch, self.nheads, self.seqlen_q), (cute.sym_int64(), cute.sym_int64(), 1)
-        return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
+        return fake_stats((self.batch, self.nheads, self.seqlen_q))
 
     def tile_counter(self):
         """(2,) int32: a persistent kernel's count of the tiles claimed so far and of the thread blocks done."""

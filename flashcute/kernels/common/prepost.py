@@ -1,5 +1,5 @@
-"""The backward's preprocess and postprocess, which every family's backward runs around its own kernels: their
-compile functions and launches."""
+"""The kernels every family runs around its own (the backward's preprocess and postprocess, split-KV attention's
+combine): their compile functions and launches."""
 
 from __future__ import annotations
 
@@ -8,20 +8,28 @@ from pathlib import Path
 
 import torch
 
-from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, bwd_post_config, bwd_pre_config
+from flashcute.kernels.common.prepost_config import (
+    BwdPostConfig,
+    BwdPreConfig,
+    CombineConfig,
+    bwd_post_config,
+    bwd_pre_config,
+    combine_config,
+)
 from flashcute.kernels.launch import compiled, dtype_name, run_on_device
 
-CONFIG_TYPES = (BwdPreConfig, BwdPostConfig)
+CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig)
 
 
-def compile(config: BwdPreConfig | BwdPostConfig, arch: str, dump_dir: Path | None = None):
+def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dump_dir: Path | None = None):
     """The preprocess: (out, dout, d, dq_accum or None), d (batch, nheads, seqlen_q) float32 and dq_accum float32,
     zeroed by the kernel, None when ``config.clear_dq_accum`` is off. The postprocess: (dq_accum, dq,
-    softmax_scale)."""
+    softmax_scale). The combine: (partial_out, partial_lse, out, lse), combine.SplitKvCombine's tensors."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
+    import cutlass.cute as cute
 
-    from flashcute.kernels.build import SymbolicProblem, compile_kernel
+    from flashcute.kernels.build import SymbolicProblem, compile_kernel, fake_rows, fake_stats
 
     p = SymbolicProblem(config)
     if isinstance(config, BwdPreConfig):
@@ -30,21 +38,33 @@ def compile(config: BwdPreConfig | BwdPostConfig, arch: str, dump_dir: Path | No
         dq_accum = p.q_like(cutlass.Float32) if config.clear_dq_accum else None
         tensors = (p.q_like(), p.q_like(), p.row_stats(), dq_accum)
         return compile_kernel(FlashAttentionBackwardPreprocess(config), config, arch, dump_dir, *tensors, scalars=())
+    if isinstance(config, CombineConfig):
+        from flashcute.kernels.common.combine import SplitKvCombine
+
+        # sizes: batch, splits, seqlen_q * group, batch * seqlen_q, group, seqlen_q, nheads_k (head dim: p's)
+        batch, splits, rows, positions, group, seqlen_q, nheads_k = (cute.sym_int() for _ in range(7))
+        tensors = (
+            fake_rows(p.dtype, (batch, splits, rows, nheads_k, p.head_dim)),
+            fake_stats((nheads_k, batch, splits, rows)),
+            fake_rows(p.dtype, (positions, group, nheads_k, p.head_dim)),
+            fake_stats((batch, nheads_k, group, seqlen_q)),
+        )
+        return compile_kernel(SplitKvCombine(config), config, arch, dump_dir, *tensors, scalars=())
     from flashcute.kernels.common.bwd_post import FlashAttentionBackwardPostprocess
 
     tensors = (p.q_like(cutlass.Float32), p.q_like())
     return compile_kernel(FlashAttentionBackwardPostprocess(config), config, arch, dump_dir, *tensors, scalars=(1.0,))
 
 
-def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostConfig]:
-    """The preprocess (zeroing dQaccum or not) and the postprocess, per dtype x head-dim bucket (x exact/padded
-    head dim); they have no mask."""
+def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostConfig | CombineConfig]:
+    """The preprocess (zeroing dQaccum or not), the postprocess and the combine, per dtype x head-dim bucket (x
+    exact/padded head dim); they have no mask."""
     configs = []
     for dtype in dtypes:
         for bucket in buckets:
             for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
                 configs += [bwd_pre_config(head_dim, dtype), bwd_pre_config(head_dim, dtype, clear_dq_accum=False)]
-                configs.append(bwd_post_config(head_dim, dtype))
+                configs += [bwd_post_config(head_dim, dtype), combine_config(head_dim, dtype)]
     return configs
 
 
@@ -59,3 +79,12 @@ def postprocess(dq_accum: torch.Tensor, dq: torch.Tensor, softmax_scale: float) 
     """dq = dq_accum * softmax_scale in dq's dtype."""
     config = bwd_post_config(dq.shape[-1], dtype_name(dq))
     run_on_device(dq.device, compiled(config, dq.device, compile), dq_accum, dq, softmax_scale)
+
+
+def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Split-KV attention's O and LSE from its splits' (combine.SplitKvCombine): partial_out (batch, splits,
+    seqlen_q * group, nheads_k, head_dim), partial_lse (nheads_k, batch, splits, seqlen_q * group) float32; out
+    (batch * seqlen_q, group, nheads_k, head_dim) and lse (batch, nheads_k, group, seqlen_q) float32, views of
+    flash_attn's layouts."""
+    config = combine_config(out.shape[-1], dtype_name(out))
+    run_on_device(out.device, compiled(config, out.device, compile), partial_out, partial_lse, out, lse)

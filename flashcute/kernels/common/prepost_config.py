@@ -1,5 +1,5 @@
-"""Configs of the backward's preprocess and postprocess, which every family's backward runs around its own
-kernels, and the heuristics that pick them."""
+"""Configs of the kernels every family runs around its own: the backward's preprocess and postprocess, and split-KV
+attention's combine; and the heuristics that pick them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import functools
 from dataclasses import dataclass
 
 from flashcute.kernels.common.limits import head_dim_bucket, head_dim_label
+
+VECTOR = 8
+"""Values of a 16-bit dtype in one 16-byte load or store."""
 
 
 @dataclass(frozen=True)
@@ -75,3 +78,27 @@ def bwd_post_config(head_dim: int, dtype: str) -> BwdPostConfig:
     return BwdPostConfig(
         dtype=dtype, head_dim_padded=bucket, exact_head_dim=head_dim == bucket, block_m=_rows(bucket), num_warps=4
     )
+
+
+@dataclass(frozen=True)
+class CombineConfig:
+    """Split-KV attention's combine (kernels/common/combine.py): O and LSE from the splits' partial O_s and LSE_s,
+    one 16-byte vector of a row per thread, thread blocks of num_warps warps."""
+
+    dtype: str
+    head_dim_padded: int
+    exact_head_dim: bool
+    num_warps: int
+
+    @property
+    def label(self) -> str:
+        """ "combine-bfloat16-d128-w4"."""
+        return f"combine-{self.dtype}-{head_dim_label(self)}-w{self.num_warps}"
+
+
+@functools.cache
+def combine_config(head_dim: int, dtype: str) -> CombineConfig:
+    """The heuristic for split-KV attention's combine."""
+    bucket = head_dim_bucket(head_dim)
+    # 4 warps: 8 rows a block at D=128; a few thousand rows a call, so the launch, not the kernel, is the cost
+    return CombineConfig(dtype=dtype, head_dim_padded=bucket, exact_head_dim=head_dim == bucket, num_warps=4)

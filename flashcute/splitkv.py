@@ -1,0 +1,113 @@
+"""Split-KV attention (flash-decoding): a few query rows against many keys, on the packed kernels of any family.
+
+Decoding attends one or a few new query rows per sequence to a long key/value cache, so its cost is reading K and
+V. Launched as it comes, one thread block per (sequence, query tile, head) holds a tile of 64-192 query rows with 1
+to 4 of them used, and batch x heads such blocks leave most of the GPU waiting on too few K/V walks. Two changes
+fill it, both as one packed variable-length launch (``interface.varlen_outputs``) and one combine:
+
+- grouped-query packing: the query heads that share a kv head become rows of that kv head's tile, rows (position,
+  head in the group), so a tile holds seqlen_q x group rows. A row's mask depends on its position, which packed
+  rows no longer give the kernel, so only calls without a mask are packed (a single query row's mask is a range of
+  keys, ``one_query_key_range``, which the callers cut before they come here);
+- split-KV: each sequence's keys are cut into chunks, each one sequence of the packed batch (its queries copied per
+  chunk), so batch x kv heads x splits thread blocks walk the keys; the splits' partial O and LSE then merge in
+  fp32 (kernels/common/combine.py), which also writes flash_attn's layouts.
+
+Nothing here reads a device value on the host: a call can be captured in a CUDA graph and replayed with new
+lengths. ``num_splits`` says how the keys are cut; the measurements behind it are in docs/decoding.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from flashcute.kernels.common import prepost
+from flashcute.kernels.launch import num_sms
+
+KEY_TILE = 128
+"""Split lengths are whole multiples of this many keys (the largest K/V tile), so only a sequence's last tile is
+partial."""
+MIN_SPLIT_KEYS = 512
+"""No split is cut shorter: a walk of fewer K/V tiles barely pays for its partial O's write and read."""
+MAX_SPLITS = 128
+"""No more splits: the combine's loop over them runs in every row's threads."""
+ROWS_PER_TILE = 128
+"""Query rows of a forward tile as the split count reckons them (64 to 192 across the families' tiles)."""
+
+
+def num_splits(tiles: int, max_keys: int, sms: int) -> int:
+    """How many chunks each sequence's keys are cut into, for ``tiles`` (sequence, kv head, query tile) walks of up
+    to ``max_keys`` keys on ``sms`` SMs: enough walks for two a SM (the persistent kernels balance them), none
+    shorter than MIN_SPLIT_KEYS, at most MAX_SPLITS; 1 when the query side fills the GPU already."""
+    if tiles >= sms:
+        return 1
+    return max(1, min(math.ceil(2 * sms / tiles), math.ceil(max_keys / MIN_SPLIT_KEYS), MAX_SPLITS))
+
+
+def packed_tiles(batch: int, seqlen_q: int, nheads: int, nheads_k: int) -> int:
+    """The (sequence, kv head, query tile) walks of a grouped-query-packed call."""
+    return batch * nheads_k * math.ceil(seqlen_q * (nheads // nheads_k) / ROWS_PER_TILE)
+
+
+def one_query_key_range(position: int, seqlen_k: int, window_left: int, window_right: int) -> tuple[int, int]:
+    """The keys [lo, hi) that a single query at key position ``position`` sees through a window (-1: unbounded;
+    causal is window_right = 0): its mask as a range, so that it runs unmasked."""
+    lo = 0 if window_left < 0 else min(max(position - window_left, 0), seqlen_k)
+    hi = seqlen_k if window_right < 0 else min(max(position + window_right + 1, 0), seqlen_k)
+    return lo, max(lo, hi)
+
+
+def attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    first_key: torch.Tensor,
+    key_count: torch.Tensor,
+    max_keys: int,
+    softmax_scale: float,
+    kernel: str,
+    splits: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unmasked attention of q (batch, seqlen_q, nheads, headdim) to rows first_key[b] .. first_key[b] +
+    key_count[b] - 1 of keys and values (rows, nheads_k, headdim), first_key and key_count int32 (batch,) on q's
+    device with key_count[b] <= max_keys, rows in order (sequence b + 1's start at least sequence b's end);
+    ``splits`` chunks of the keys (0: ``num_splits``'s choice), ``kernel`` a family name or "auto". Returns out
+    (batch, seqlen_q, nheads, headdim) and lse (batch, nheads, seqlen_q) float32; a query with no key gets O = 0
+    and LSE = -inf. Validated inputs only (the callers' checks)."""
+    from flashcute.interface import varlen_outputs
+
+    batch, seqlen_q, nheads, headdim = q.shape
+    nheads_k = keys.shape[1]
+    group, rows = nheads // nheads_k, seqlen_q * (nheads // nheads_k)
+    out = q.new_empty(q.shape)
+    lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+    if max_keys == 0 or q.numel() == 0:
+        return out.zero_(), lse.fill_(-math.inf)
+    if splits == 0:
+        splits = num_splits(packed_tiles(batch, seqlen_q, nheads, nheads_k), max_keys, num_sms(q.device))
+    chunk = KEY_TILE * math.ceil(max_keys / (splits * KEY_TILE))
+    splits = math.ceil(max_keys / chunk)  # none left empty by the rounding
+
+    # sequence (b, s) of the packed batch: the queries of b, packed by kv head, and chunk s of b's keys
+    queries = q.reshape(batch, seqlen_q, nheads_k, group, headdim).transpose(2, 3)
+    queries = queries[:, None].expand(batch, splits, seqlen_q, group, nheads_k, headdim)
+    queries = queries.reshape(batch * splits * rows, nheads_k, headdim)
+    offsets = torch.arange(0, splits * chunk, chunk, dtype=torch.int32, device=q.device)
+    key_used = (key_count[:, None] - offsets).clamp_(0, chunk)
+    starts = (first_key[:, None] + torch.minimum(offsets, key_count[:, None])).flatten()  # in order, in the rows
+    key_used = key_used.flatten()
+    cu_seqlens_k = F.pad(starts, (0, 1), value=keys.shape[0])
+    cu_seqlens_q = torch.arange(0, (batch * splits + 1) * rows, rows, dtype=torch.int32, device=q.device)
+    partial_out, partial_lse = varlen_outputs(
+        queries, keys, values, cu_seqlens_q, cu_seqlens_k, None, key_used, rows, chunk, softmax_scale, -1, -1, kernel
+    )
+    prepost.combine(
+        partial_out.view(batch, splits, rows, nheads_k, headdim),
+        partial_lse.view(nheads_k, batch, splits, rows),
+        out.view(batch * seqlen_q, nheads_k, group, headdim).transpose(1, 2),
+        lse.view(batch, nheads_k, group, seqlen_q),
+    )
+    return out, lse

@@ -1,0 +1,184 @@
+"""Split-KV attention (splitkv.py): the split count, a single query's mask as a key range and which
+flash_attn_func calls take the path, on the CPU; on the GPU, the combine kernel against its formula and the path
+(every split count, grouped-query packing, empty sequences, every family) against the float64 spec."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import flashcute
+from flashcute import interface, splitkv
+from flashcute.validation import validate_attention_args
+from tests.helpers import check_against_spec
+
+
+@pytest.mark.parametrize(
+    "tiles, max_keys, splits",
+    [
+        (64, 131072, 5),  # B=8 x 8 kv heads: two walks a SM
+        (8, 131072, 33),  # B=1: many splits of 4k keys
+        (64, 1000, 2),  # no split under MIN_SPLIT_KEYS keys
+        (1, 10**7, splitkv.MAX_SPLITS),
+        (132, 131072, 1),  # the query side fills the GPU already
+        (1000, 131072, 1),
+        (3, 0, 1),
+    ],
+)
+def test_num_splits(tiles, max_keys, splits):
+    assert splitkv.num_splits(tiles, max_keys, 132) == splits
+
+
+@pytest.mark.parametrize(
+    "position, seqlen_k, window, keys",
+    [
+        (99, 100, (-1, -1), (0, 100)),
+        (99, 100, (-1, 0), (0, 100)),  # causal, bottom-right: every key
+        (0, 100, (-1, 0), (0, 1)),  # causal, top-left: key 0 alone
+        (99, 100, (10, 0), (89, 100)),
+        (99, 100, (200, 5), (0, 100)),
+        (50, 100, (3, 3), (47, 54)),
+        (-5, 100, (-1, 2), (0, 0)),  # the window ends before key 0: no key
+        (150, 100, (20, -1), (100, 100)),  # the window starts past the last key: no key
+    ],
+)
+def test_one_query_sees_a_range_of_keys(position, seqlen_k, window, keys):
+    assert splitkv.one_query_key_range(position, seqlen_k, *window) == keys
+    lo, hi = keys
+    left, right = window
+    seen = [j for j in range(seqlen_k) if (left < 0 or j >= position - left) and (right < 0 or j <= position + right)]
+    assert seen == list(range(lo, hi))
+
+
+def _key_range(monkeypatch, batch, seqlen_q, seqlen_k, nheads, nheads_k, **options):
+    """interface._split_key_range for a call of these sizes (CPU tensors standing for CUDA ones, 132 SMs)."""
+    monkeypatch.setattr(interface, "num_sms", lambda device: 132)
+    q = torch.empty(batch, seqlen_q, nheads, 8)
+    k = torch.empty(batch, seqlen_k, nheads_k, 8)
+    args = validate_attention_args(q, k, k, **options)
+    return interface._split_key_range(args, q, k, k)
+
+
+@pytest.mark.parametrize(
+    "sizes, options, expected",
+    [
+        ((8, 1, 32768, 32, 8), {}, (0, 32768)),  # decoding with grouped-query heads
+        ((8, 1, 32768, 8, 8), {}, (0, 32768)),  # 64 walks on 132 SMs: split
+        ((8, 1, 32768, 8, 8), {"causal": True}, (0, 32768)),
+        ((8, 1, 32768, 8, 8), {"window_size": (4095, 0)}, (28672, 32768)),
+        ((8, 1, 32768, 8, 8), {"causal": True, "causal_align": "top_left"}, None),  # one key
+        ((8, 4, 32768, 32, 8), {}, (0, 32768)),  # a few unmasked queries
+        ((8, 4, 32768, 32, 8), {"causal": True}, None),  # several queries under a mask: their own rows
+        ((64, 1, 32768, 32, 32), {}, None),  # 2048 walks fill the GPU, nothing to pack
+        ((8, 1, 1000, 32, 8), {}, None),  # too few keys to split
+        ((8, 64, 32768, 32, 8), {}, None),  # 256 packed rows: a prefill, not a decode
+    ],
+)
+def test_which_dense_calls_split(monkeypatch, sizes, options, expected):
+    assert _key_range(monkeypatch, *sizes, **options) == expected
+
+
+# ---- on the GPU ----------------------------------------------------------------------------------------------
+
+
+def _randn(*shape, dtype=torch.bfloat16, generator=None):
+    return torch.randn(*shape, device="cuda", dtype=dtype, generator=generator)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("headdim", [64, 120, 256])
+def test_the_combine_kernel_merges_by_the_formula(dtype, headdim):
+    from flashcute.kernels.common import prepost
+
+    generator = torch.Generator(device="cuda").manual_seed(headdim)
+    batch, splits, seqlen_q, group, nheads_k = 3, 5, 2, 3, 2
+    rows = seqlen_q * group
+    partial_out = _randn(batch, splits, rows, nheads_k, headdim, dtype=dtype, generator=generator)
+    partial_lse = _randn(nheads_k, batch, splits, rows, dtype=torch.float32, generator=generator) * 4
+    partial_lse[0, 1, 2] = -math.inf  # an empty split
+    partial_lse[1, 2, :, 0] = -math.inf  # a row no split saw
+    out = torch.full((batch, seqlen_q, nheads_k * group, headdim), math.nan, device="cuda", dtype=dtype)
+    lse = torch.full((batch, nheads_k * group, seqlen_q), math.nan, device="cuda")
+    prepost.combine(
+        partial_out,
+        partial_lse,
+        out.view(batch * seqlen_q, nheads_k, group, headdim).transpose(1, 2),
+        lse.view(batch, nheads_k, group, seqlen_q),
+    )
+    lse_s = partial_lse.double().permute(1, 2, 3, 0)  # (batch, splits, rows, nheads_k)
+    want_lse = torch.logsumexp(lse_s, dim=1)
+    weights = torch.exp(lse_s - want_lse[:, None]).nan_to_num(0.0)
+    want = (weights[..., None] * partial_out.double()).sum(1)  # (batch, rows, nheads_k, headdim)
+    want = want.view(batch, seqlen_q, group, nheads_k, headdim).transpose(2, 3).reshape(out.shape)
+    want_lse = want_lse.view(batch, seqlen_q, group, nheads_k).permute(0, 3, 2, 1).reshape(lse.shape)
+    torch.testing.assert_close(out.double(), want, atol=1e-2, rtol=1e-2)
+    assert (lse.isinf() == want_lse.isinf()).all()
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=1e-5)
+    empty = want_lse == -math.inf
+    assert empty.any() and (out.permute(0, 2, 1, 3)[empty] == 0).all(), "a row no split saw: O = 0, LSE = -inf"
+
+
+def _kernels() -> list[str]:
+    return flashcute.available_kernels() if torch.cuda.is_available() else []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", _kernels())
+@pytest.mark.parametrize("num_splits", [1, 0, 3, 200])
+@pytest.mark.parametrize(
+    "seqlen_q, nheads, nheads_k, headdim, options",
+    [
+        (1, 8, 2, 128, {}),
+        (1, 4, 4, 64, {"causal": True}),
+        (1, 6, 1, 96, {"window_size": (300, 0)}),
+        (3, 8, 2, 256, {}),
+        (1, 16, 2, 128, {"softmax_scale": 0.3}),
+    ],
+)
+def test_decoding_matches_the_spec(kernel, num_splits, seqlen_q, nheads, nheads_k, headdim, options):
+    """flash_attn_with_kvcache over caches of 0, 1, a tile and a ragged length, with every split count (more
+    splits than tiles of keys included)."""
+    generator = torch.Generator(device="cuda").manual_seed(seqlen_q * headdim + nheads)
+    capacity, lengths = 1500, [0, 1, 128, 1379]
+    batch = len(lengths)
+    q = _randn(batch, seqlen_q, nheads, headdim, generator=generator)
+    k_cache, v_cache = (_randn(batch, capacity, nheads_k, headdim, generator=generator) for _ in "kv")
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out, lse = flashcute.flash_attn_with_kvcache(
+        q, k_cache, v_cache, cache_seqlens=seqlens, num_splits=num_splits, return_lse=True, kernel=kernel, **options
+    )
+    for b, n in enumerate(lengths):
+        if n == 0:
+            assert torch.equal(out[b], torch.zeros_like(out[b])) and (lse[b] == -math.inf).all()
+            continue
+        keys, values = k_cache[b : b + 1, :n], v_cache[b : b + 1, :n]
+        check_against_spec(out[b : b + 1], lse[b : b + 1], q[b : b + 1], keys, values, **options)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", _kernels())
+@pytest.mark.parametrize(
+    "batch, seqlen_q, seqlen_k, nheads, nheads_k, options",
+    [
+        (2, 1, 3000, 8, 2, {}),
+        (3, 1, 2500, 4, 4, {"causal": True}),
+        (2, 1, 5000, 8, 1, {"window_size": (1500, 0)}),
+        (2, 2, 4000, 8, 2, {}),
+    ],
+)
+def test_dense_decoding_takes_the_split_path(monkeypatch, kernel, batch, seqlen_q, seqlen_k, nheads, nheads_k, options):
+    calls = []
+    attention = splitkv.attention
+    monkeypatch.setattr(splitkv, "attention", lambda *a, **kw: calls.append(a) or attention(*a, **kw))
+    q = _randn(batch, seqlen_q, nheads, 128)
+    k, v = (_randn(batch, seqlen_k, nheads_k, 128) for _ in "kv")
+    out, lse = flashcute.flash_attn_func(q, k, v, return_lse=True, kernel=kernel, **options)
+    assert len(calls) == 1, "a decoding-sized call takes the split-KV path"
+    check_against_spec(out, lse, q, k, v, **options)
+    q.requires_grad_(True)
+    out_grad = flashcute.flash_attn_func(q, k, v, kernel=kernel, **options)
+    assert len(calls) == 1, "a call that builds a graph for the backward keeps the plain launch"
+    torch.testing.assert_close(out_grad.detach(), out, atol=2e-2, rtol=2e-2)
