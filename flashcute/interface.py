@@ -231,13 +231,13 @@ class CallPlan:
     scalars (softmax_scale, diag_offset, window_left, window_right, kernel), whether the inputs need new strides
     (validate_cuda_inputs' row views) or a cast (autocast), so that a repeated call only looks its plan up."""
 
-    __slots__ = ("args", "casts", "key_range", "restrides", "scalars")
+    __slots__ = ("args", "casts", "key_range", "restrides", "scalars", "split")
 
     def __init__(
         self, args: AttentionArgs, scalars: tuple, restrides: bool, casts: bool, key_range: tuple[int, int] | None
     ):
         self.args, self.scalars, self.restrides, self.casts = args, scalars, restrides, casts
-        self.key_range = key_range
+        self.key_range, self.split = key_range, None
 
     def inputs(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """q, k and v as the kernels take them: cast under autocast, rows re-strided where validation said so."""
@@ -326,13 +326,26 @@ def _split_key_range(args: AttentionArgs, q: torch.Tensor, k: torch.Tensor, v: t
 
 
 def _split_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: CallPlan) -> tuple[torch.Tensor, torch.Tensor]:
-    """flash_attn_func's forward on the split-KV path, over the plan's key range."""
-    args, (lo, hi) = plan.args, plan.key_range
+    """flash_attn_func's forward on the split-KV path, over the plan's key range; the split's index tensors are
+    the same at every call of the plan, so they are made once."""
+    args = plan.args
     batch, seqlen_k = args.batch, args.seqlen_k
-    first_key = torch.arange(lo, batch * seqlen_k + lo, seqlen_k, dtype=torch.int32, device=q.device)
-    key_count = torch.full((batch,), hi - lo, dtype=torch.int32, device=q.device)
-    keys, values = (t.view(batch * seqlen_k, *t.shape[2:]) for t in (k, v))
-    return splitkv.attention(q, keys, values, first_key, key_count, hi - lo, args.softmax_scale, plan.scalars[4])
+    split = plan.split
+    if split is None:
+        lo, hi = plan.key_range
+        how = splitkv.plan(batch, args.seqlen_q, args.nheads, args.nheads_k, hi - lo, 0, q.device)
+        first_key = torch.arange(lo, batch * seqlen_k + lo, seqlen_k, dtype=torch.int32, device=q.device)
+        key_count = torch.full((batch,), hi - lo, dtype=torch.int32, device=q.device)
+        split = (how, how.key_chunks(first_key, key_count, batch * seqlen_k))
+        if not torch.cuda.is_current_stream_capturing():  # else the graph's memory pool holds them
+            plan.split = split
+    how, chunks = split
+    return how.attention(q, *_rows(k, v, batch * seqlen_k), chunks, args.softmax_scale, plan.scalars[4])
+
+
+def _rows(k: torch.Tensor, v: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """k and v (batch, seqlen_k, nheads_k, headdim) as the packed kernels' (batch * seqlen_k, nheads_k, headdim)."""
+    return k.view(rows, *k.shape[2:]), v.view(rows, *v.shape[2:])
 
 
 # ---- packed variable-length batches ---------------------------------------------------------------------------

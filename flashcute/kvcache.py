@@ -176,9 +176,9 @@ def flash_attn_with_kvcache(
     if seqlen_q == 1 or not a.has_mask:  # unmasked, or one query row whose mask is a range of keys
         if seqlen_q == 1 and a.window_left >= 0:
             start = torch.maximum(start, end - 1 - a.window_left)
-        out, lse = splitkv.attention(
-            q, keys, values, first_rows + start, end - start, capacity, a.softmax_scale, name, num_splits
-        )
+        split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
+        chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
+        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name)
         return (out, lse) if return_lse else out
 
     cu_seqlens_k = F.pad(first_rows + start, (0, 1), value=batch * capacity)

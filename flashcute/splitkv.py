@@ -19,6 +19,7 @@ lengths. ``num_splits`` says how the keys are cut; the measurements behind it ar
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -60,54 +61,88 @@ def one_query_key_range(position: int, seqlen_k: int, window_left: int, window_r
     return lo, max(lo, hi)
 
 
-def attention(
-    q: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    first_key: torch.Tensor,
-    key_count: torch.Tensor,
-    max_keys: int,
-    softmax_scale: float,
-    kernel: str,
-    splits: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unmasked attention of q (batch, seqlen_q, nheads, headdim) to rows first_key[b] .. first_key[b] +
-    key_count[b] - 1 of keys and values (rows, nheads_k, headdim), first_key and key_count int32 (batch,) on q's
-    device with key_count[b] <= max_keys, rows in order (sequence b + 1's start at least sequence b's end);
-    ``splits`` chunks of the keys (0: ``num_splits``'s choice), ``kernel`` a family name or "auto". Returns out
-    (batch, seqlen_q, nheads, headdim) and lse (batch, nheads, seqlen_q) float32; a query with no key gets O = 0
-    and LSE = -inf. Validated inputs only (the callers' checks)."""
-    from flashcute.interface import varlen_outputs
+class SplitPlan:
+    """How the calls of one kind (sizes, device, split count asked) run on the split-KV path: the split count and
+    length, and the launch's constant index tensors, made at its first call (``plan`` makes each once)."""
 
-    batch, seqlen_q, nheads, headdim = q.shape
-    nheads_k = keys.shape[1]
-    group, rows = nheads // nheads_k, seqlen_q * (nheads // nheads_k)
-    out = q.new_empty(q.shape)
-    lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
-    if max_keys == 0 or q.numel() == 0:
-        return out.zero_(), lse.fill_(-math.inf)
-    if splits == 0:
-        splits = num_splits(packed_tiles(batch, seqlen_q, nheads, nheads_k), max_keys, num_sms(q.device))
-    chunk = KEY_TILE * math.ceil(max_keys / (splits * KEY_TILE))
-    splits = math.ceil(max_keys / chunk)  # none left empty by the rounding
+    def __init__(self, batch: int, seqlen_q: int, nheads: int, nheads_k: int, max_keys: int, splits: int, device):
+        self.batch, self.seqlen_q, self.nheads_k, self.device = batch, seqlen_q, nheads_k, device
+        self.group = nheads // nheads_k
+        self.rows = seqlen_q * self.group  # a sequence's packed query rows
+        if splits == 0:
+            splits = num_splits(packed_tiles(batch, seqlen_q, nheads, nheads_k), max_keys, num_sms(device))
+        self.chunk = KEY_TILE * max(1, math.ceil(max_keys / (splits * KEY_TILE)))
+        self.splits = max(1, math.ceil(max_keys / self.chunk))  # none left empty by the rounding
+        self.max_keys = max_keys
+        self._offsets: torch.Tensor | None = None
+        self._cu_seqlens_q: torch.Tensor | None = None
 
-    # sequence (b, s) of the packed batch: the queries of b, packed by kv head, and chunk s of b's keys
-    queries = q.reshape(batch, seqlen_q, nheads_k, group, headdim).transpose(2, 3)
-    queries = queries[:, None].expand(batch, splits, seqlen_q, group, nheads_k, headdim)
-    queries = queries.reshape(batch * splits * rows, nheads_k, headdim)
-    offsets = torch.arange(0, splits * chunk, chunk, dtype=torch.int32, device=q.device)
-    key_used = (key_count[:, None] - offsets).clamp_(0, chunk)
-    starts = (first_key[:, None] + torch.minimum(offsets, key_count[:, None])).flatten()  # in order, in the rows
-    key_used = key_used.flatten()
-    cu_seqlens_k = F.pad(starts, (0, 1), value=keys.shape[0])
-    cu_seqlens_q = torch.arange(0, (batch * splits + 1) * rows, rows, dtype=torch.int32, device=q.device)
-    partial_out, partial_lse = varlen_outputs(
-        queries, keys, values, cu_seqlens_q, cu_seqlens_k, None, key_used, rows, chunk, softmax_scale, -1, -1, kernel
-    )
-    prepost.combine(
-        partial_out.view(batch, splits, rows, nheads_k, headdim),
-        partial_lse.view(nheads_k, batch, splits, rows),
-        out.view(batch * seqlen_q, nheads_k, group, headdim).transpose(1, 2),
-        lse.view(batch, nheads_k, group, seqlen_q),
-    )
-    return out, lse
+    def key_chunks(
+        self, first_key: torch.Tensor, key_count: torch.Tensor, key_rows: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cu_seqlens_k, seqused_k) of the packed batch: sequence (b, s) is chunk s of sequence b's keys, rows
+        first_key[b] .. first_key[b] + key_count[b] - 1 (int32 (batch,), key_count[b] <= max_keys) of the
+        ``key_rows`` rows of keys; a chunk past the keys is empty and starts at their end, so the starts stay in
+        order."""
+        offsets = self._offsets
+        if offsets is None:
+            offsets = torch.arange(0, self.splits * self.chunk, self.chunk, dtype=torch.int32, device=self.device)
+            self._offsets = _kept(offsets)
+        starts = first_key[:, None] + torch.minimum(offsets, key_count[:, None])
+        used = (key_count[:, None] - offsets).clamp_(0, self.chunk)
+        return F.pad(starts.flatten(), (0, 1), value=key_rows), used.flatten()
+
+    def attention(
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        key_chunks: tuple[torch.Tensor, torch.Tensor],
+        softmax_scale: float,
+        kernel: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Unmasked attention of q (batch, seqlen_q, nheads, headdim) to the rows of keys and values (rows,
+        nheads_k, headdim) that ``key_chunks`` name, ``kernel`` a family name or "auto". Returns out (batch,
+        seqlen_q, nheads, headdim) and lse (batch, nheads, seqlen_q) float32; a query with no key gets O = 0 and
+        LSE = -inf. Validated inputs only (the callers' checks)."""
+        from flashcute.interface import varlen_outputs
+
+        batch, seqlen_q, nheads, headdim = q.shape
+        nheads_k, group, rows, splits = self.nheads_k, self.group, self.rows, self.splits
+        out = q.new_empty(q.shape)
+        lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+        if self.max_keys == 0 or q.numel() == 0:
+            return out.zero_(), lse.fill_(-math.inf)
+        cu_seqlens_q = self._cu_seqlens_q
+        if cu_seqlens_q is None:
+            cu_seqlens_q = torch.arange(0, (batch * splits + 1) * rows, rows, dtype=torch.int32, device=q.device)
+            self._cu_seqlens_q = _kept(cu_seqlens_q)
+        # sequence (b, s) of the packed batch: the queries of b, packed by kv head, and chunk s of b's keys
+        queries = q.reshape(batch, seqlen_q, nheads_k, group, headdim).transpose(2, 3)
+        queries = queries[:, None].expand(batch, splits, seqlen_q, group, nheads_k, headdim)
+        queries = queries.reshape(batch * splits * rows, nheads_k, headdim)
+        cu_seqlens_k, key_used = key_chunks
+        partial_out, partial_lse = varlen_outputs(
+            queries, keys, values, cu_seqlens_q, cu_seqlens_k, None, key_used, rows, self.chunk, softmax_scale, -1,
+            -1, kernel,
+        )  # fmt: skip
+        prepost.combine(
+            partial_out.view(batch, splits, rows, nheads_k, headdim),
+            partial_lse.view(nheads_k, batch, splits, rows),
+            out.view(batch * seqlen_q, nheads_k, group, headdim).transpose(1, 2),
+            lse.view(batch, nheads_k, group, seqlen_q),
+        )
+        return out, lse
+
+
+@functools.lru_cache(maxsize=256)
+def plan(batch: int, seqlen_q: int, nheads: int, nheads_k: int, max_keys: int, splits: int, device) -> SplitPlan:
+    """The SplitPlan of these sizes on ``device``: ``splits`` chunks of up to ``max_keys`` keys a sequence (0:
+    ``num_splits``'s choice)."""
+    return SplitPlan(batch, seqlen_q, nheads, nheads_k, max_keys, splits, device)
+
+
+def _kept(t: torch.Tensor) -> torch.Tensor | None:
+    """``t`` to keep for later calls, or None while a CUDA graph is being captured (the graph's memory pool holds
+    it, and may hand it to another tensor once the capture ends)."""
+    return None if t.is_cuda and torch.cuda.is_current_stream_capturing() else t

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -69,7 +70,7 @@ def combine_plainly(partial_out, partial_lse, out, lse) -> None:
 
 
 @pytest.fixture
-def stand_in(monkeypatch) -> PackedLaunchStandIn:
+def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
     """flash_attn_with_kvcache on CPU tensors: the CUDA kernels' input checks pass them through, the packed
     launch is the float64 stand-in, the combine ``combine_plainly``, and split-KV cuts keys into chunks of 2 (at
     least 4 to a split, for a GPU of 132 SMs), so that these small caches split."""
@@ -80,7 +81,9 @@ def stand_in(monkeypatch) -> PackedLaunchStandIn:
     monkeypatch.setattr(splitkv, "num_sms", lambda device: 132)
     monkeypatch.setattr(splitkv, "KEY_TILE", 2)
     monkeypatch.setattr(splitkv, "MIN_SPLIT_KEYS", 4)
-    return launch
+    splitkv.plan.cache_clear()  # plans made under these sizes stay with these tests
+    yield launch
+    splitkv.plan.cache_clear()
 
 
 def keys_per_sequence(call: dict, batch: int) -> list[int]:

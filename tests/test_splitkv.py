@@ -171,8 +171,8 @@ def test_decoding_matches_the_spec(kernel, num_splits, seqlen_q, nheads, nheads_
 )
 def test_dense_decoding_takes_the_split_path(monkeypatch, kernel, batch, seqlen_q, seqlen_k, nheads, nheads_k, options):
     calls = []
-    attention = splitkv.attention
-    monkeypatch.setattr(splitkv, "attention", lambda *a, **kw: calls.append(a) or attention(*a, **kw))
+    attention = splitkv.SplitPlan.attention
+    monkeypatch.setattr(splitkv.SplitPlan, "attention", lambda *a, **kw: calls.append(a) or attention(*a, **kw))
     q = _randn(batch, seqlen_q, nheads, 128)
     k, v = (_randn(batch, seqlen_k, nheads_k, 128) for _ in "kv")
     out, lse = flashcute.flash_attn_func(q, k, v, return_lse=True, kernel=kernel, **options)

@@ -26,6 +26,12 @@ from flashcute.kernels.common.prepost_config import VECTOR, CombineConfig
 from flashcute.kernels.common.softmax import LN2, LOG2_E
 
 
+def threads_per_row(head_dim_padded: int) -> int:
+    """The threads that share a row: one per 16-byte vector, rounded up to a power of two (a warp holds whole
+    rows); the ones past the head dim (12 vectors at 96, 24 at 192) idle."""
+    return 1 << (head_dim_padded // VECTOR - 1).bit_length()
+
+
 class SplitKvCombine:
     """O and LSE from the splits' partial O_s and LSE_s. Construct from a CombineConfig."""
 
@@ -34,7 +40,7 @@ class SplitKvCombine:
         self.dtype = CUTLASS_DTYPES[config.dtype]
         self.head_dim_padded = config.head_dim_padded
         self.num_threads = config.num_warps * 32
-        self.threads_per_row = config.head_dim_padded // VECTOR
+        self.threads_per_row = threads_per_row(config.head_dim_padded)
         self.block_m = self.num_threads // self.threads_per_row
 
     @staticmethod
@@ -43,9 +49,8 @@ class SplitKvCombine:
         reason = dtype_limits(config)
         if reason is not None:
             return reason
-        threads, per_row = config.num_warps * 32, config.head_dim_padded // VECTOR
-        if threads % per_row != 0:
-            return f"{threads} threads do not hold whole rows of {per_row} {VECTOR}-value vectors"
+        if config.num_warps * 32 % threads_per_row(config.head_dim_padded) != 0:
+            return f"{config.num_warps} warps do not hold whole rows of {threads_per_row(config.head_dim_padded)}"
         return None
 
     @cute.jit
