@@ -156,12 +156,12 @@ def flash_attn_with_kvcache(
             k_cache.index_put_(slots, k)
             v_cache.index_put_(slots, v)
 
-    # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity.
+    # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0).
     if cache_seqlens is None:
         end = torch.full((batch,), capacity, dtype=torch.int32, device=device)
     else:
         end = (cache_seqlens + args.seqlen_new).clamp(0, capacity)
-    start = torch.zeros_like(end) if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), end)
+    start = None if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), end)
     if block_table is not None:
         keys, values = _gather_pages(k_cache, v_cache, block_table, args.page_block_size, start, end)
     elif cache_batch_idx is not None:
@@ -170,17 +170,23 @@ def flash_attn_with_kvcache(
     else:
         keys, values = k_cache[:batch], v_cache[:batch]
     keys, values = (t.reshape(batch * capacity, nheads_k, headdim) for t in (keys, values))
-    first_rows = torch.arange(batch, dtype=torch.int32, device=device) * capacity
+    first_rows = splitkv.row_starts(batch, capacity, device)
     a = args.attention
     name = kernel or "auto"
     if seqlen_q == 1 or not a.has_mask:  # unmasked, or one query row whose mask is a range of keys
         if seqlen_q == 1 and a.window_left >= 0:
-            start = torch.maximum(start, end - 1 - a.window_left)
+            window_start = end - 1 - min(a.window_left, capacity)
+            start = window_start.clamp_(min=0) if start is None else torch.maximum(start, window_start)
         split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
-        chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
+        if start is None:
+            chunks = split.key_chunks(first_rows, end, batch * capacity)
+        else:
+            chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
         out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name)
         return (out, lse) if return_lse else out
 
+    if start is None:
+        start = torch.zeros_like(end)
     cu_seqlens_k = F.pad(first_rows + start, (0, 1), value=batch * capacity)
     cu_seqlens_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=device)
     packed = (cu_seqlens_q, cu_seqlens_k, None, end - start, seqlen_q, capacity)
@@ -220,14 +226,15 @@ def _gather_pages(
     v_cache: torch.Tensor,
     block_table: torch.Tensor,
     page_block_size: int,
-    start: torch.Tensor,
+    start: torch.Tensor | None,
     end: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sequence's pages in order, (batch, capacity, nheads_k, headdim) copies of k_cache and v_cache. A page
     that holds none of a sequence's keys [start, end) may have any value in block_table (flash_attn never reads
-    it), so page 0 stands in for it; its rows are never attended."""
+    it), so page 0 stands in for it; its rows are never attended. ``start`` None: 0."""
     page_starts = torch.arange(block_table.shape[1], device=block_table.device) * page_block_size
-    used = torch.maximum(page_starts, start[:, None]) < torch.minimum(page_starts + page_block_size, end[:, None])
+    first = page_starts[None] if start is None else torch.maximum(page_starts, start[:, None])
+    used = first < torch.minimum(page_starts + page_block_size, end[:, None])
     pages = block_table.masked_fill(~used, 0).long()
     batch, capacity = block_table.shape[0], block_table.shape[1] * page_block_size
     return tuple(t[pages].view(batch, capacity, *t.shape[2:]) for t in (k_cache, v_cache))

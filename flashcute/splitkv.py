@@ -142,6 +142,23 @@ def plan(batch: int, seqlen_q: int, nheads: int, nheads_k: int, max_keys: int, s
     return SplitPlan(batch, seqlen_q, nheads, nheads_k, max_keys, splits, device)
 
 
+_row_starts: dict[tuple, torch.Tensor] = {}
+
+
+def row_starts(batch: int, rows: int, device) -> torch.Tensor:
+    """int32 (batch,): b * rows, where sequence b starts in a (batch * rows, ...) view of a batch; made once per
+    (batch, rows, device)."""
+    key = (batch, rows, device)
+    starts = _row_starts.get(key)
+    if starts is None:
+        starts = torch.arange(0, batch * rows, rows, dtype=torch.int32, device=device)
+        if _kept(starts) is not None:
+            if len(_row_starts) >= 256:  # a program has a few cache shapes; one that changes every call starts over
+                _row_starts.clear()
+            _row_starts[key] = starts
+    return starts
+
+
 def _kept(t: torch.Tensor) -> torch.Tensor | None:
     """``t`` to keep for later calls, or None while a CUDA graph is being captured (the graph's memory pool holds
     it, and may hand it to another tensor once the capture ends)."""
