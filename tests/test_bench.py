@@ -1,8 +1,9 @@
-"""flashcute.bench on the CPU: FLOP counts, the grid and its flags, the packed variable-length case, the sweep's
-bookkeeping (timing faked), the correctness check, reports, JSON, --compare, plots, and the command without a
-GPU."""
+"""flashcute.bench on the CPU: FLOP counts, the grid and its flags, the packed variable-length case, the decoding
+case, the sweep's bookkeeping (timing faked), the correctness check, reports, JSON, --compare, plots, and the command
+without a GPU."""
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -17,15 +18,26 @@ import torch
 
 import flashcute
 from flashcute.bench import backends as bench_backends
-from flashcute.bench import cli, inputs, runner
+from flashcute.bench import cli, graphs, inputs, runner
 from flashcute.bench.backends import Backend, flashcute_backend, registry, select_backends
 from flashcute.bench.check import Checker
 from flashcute.bench.flops import attention_flops
-from flashcute.bench.grid import FULL, VARLEN, GridSpec, Shape, VarlenSpec, make_grid, packed_lengths
-from flashcute.bench.inputs import make_inputs, rotation_count
+from flashcute.bench.grid import (
+    DECODE,
+    FULL,
+    VARLEN,
+    DecodePoint,
+    DecodeSpec,
+    GridSpec,
+    Shape,
+    VarlenSpec,
+    make_grid,
+    packed_lengths,
+)
+from flashcute.bench.inputs import block_table, make_inputs, rotation_count
 from flashcute.bench.passes import make_step
 from flashcute.bench.plot import write_plots
-from flashcute.bench.report import PACKED_NOTE, compare, group_table, render, speedup
+from flashcute.bench.report import DECODE_NOTE, PACKED_NOTE, compare, group_table, render, speedup
 from flashcute.bench.results import Results, Row
 from flashcute.bench.runner import Settings, classify, sweep
 from flashcute.reference import attention_same_precision
@@ -33,6 +45,8 @@ from tests.helpers import time_on_the_cpu
 
 SHAPE = Shape(dtype="bf16", headdim=128, causal=False, seqlen=4096, batch=4, nheads=16)
 PACKED = Shape(dtype="bf16", headdim=32, causal=True, seqlen=48, batch=3, nheads=2, lengths=(16, 48, 32))
+DECODE_SHAPE = Shape("bf16", 128, False, seqlen=32768, batch=8, nheads=32, seqlen_q=1, nheads_k=8)
+PAGED = Shape("bf16", 128, False, seqlen=32768, batch=8, nheads=32, seqlen_q=1, nheads_k=8, page_size=64)
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -184,9 +198,23 @@ def varlen_same_precision(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
     return torch.cat([attention_same_precision(qs[None], ks[None], vs[None], causal=causal)[0] for qs, ks, vs in parts])
 
 
-def stand_in_flashcute(last_sequence_scale: float = 1.0, calls: list | None = None) -> SimpleNamespace:
-    """flashcute's two entry points on the CPU, each call's name and keyword arguments appended to ``calls``; the
-    varlen one's last sequence scaled by ``last_sequence_scale``."""
+def kvcache_same_precision(q, k_cache, v_cache, cache_seqlens, block_table=None, causal=False, kernel=None):
+    """flash_attn_with_kvcache on the CPU over a full cache: a paged one's pages gathered sequence by sequence, page
+    by page, then attention_same_precision."""
+    if block_table is not None:
+        k_cache, v_cache = (
+            torch.stack([torch.cat([t[page] for page in row]) for row in block_table]) for t in (k_cache, v_cache)
+        )
+    assert cache_seqlens == k_cache.shape[1]
+    return attention_same_precision(q, k_cache, v_cache, causal=causal)
+
+
+def stand_in_flashcute(
+    last_sequence_scale: float = 1.0, calls: list | None = None, pages_in_order: bool = False
+) -> SimpleNamespace:
+    """flashcute's three entry points on the CPU, each call's name and keyword arguments appended to ``calls``; the
+    varlen one's last sequence scaled by ``last_sequence_scale``; the cache one reading a paged cache's pages in
+    their order in memory rather than the block table's if ``pages_in_order``."""
     calls = [] if calls is None else calls
 
     def flash_attn_func(q, k, v, causal, kernel):
@@ -199,7 +227,18 @@ def stand_in_flashcute(last_sequence_scale: float = 1.0, calls: list | None = No
         last = int(kwargs["cu_seqlens_q"][-2])
         return torch.cat([out[:last], out[last:] * last_sequence_scale])
 
-    return SimpleNamespace(flash_attn_func=flash_attn_func, flash_attn_varlen_func=flash_attn_varlen_func)
+    def flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs):
+        calls.append(("flash_attn_with_kvcache", kwargs))
+        table = kwargs["block_table"]
+        if pages_in_order and table is not None:
+            kwargs = {**kwargs, "block_table": torch.arange(table.numel(), dtype=table.dtype).view(table.shape)}
+        return kvcache_same_precision(q, k_cache, v_cache, **kwargs)
+
+    return SimpleNamespace(
+        flash_attn_func=flash_attn_func,
+        flash_attn_varlen_func=flash_attn_varlen_func,
+        flash_attn_with_kvcache=flash_attn_with_kvcache,
+    )
 
 
 def test_flashcute_backend_runs_packed_shapes_through_the_varlen_entry(cpu_clock):
@@ -239,7 +278,8 @@ def cpu_clock(monkeypatch):
     """The sweep with CPU inputs (packed shapes' sequence bounds too) and fake clocks: every timed row takes 1 ms."""
     monkeypatch.setattr(runner, "make_rotation", lambda shape, with_grad: [make_inputs(shape, with_grad, "cpu")])
     monkeypatch.setattr(runner, "wall_ms", lambda call: (5.0, call()))
-    monkeypatch.setattr(bench_backends, "cu_seqlens", partial(inputs.cu_seqlens, device="cpu"))
+    for name in ("cu_seqlens", "block_table", "bottom_right_causal_mask"):
+        monkeypatch.setattr(bench_backends, name, partial(getattr(inputs, name), device="cpu"))
 
     def one_ms(step, warmup_ms, rep_ms):
         step()
@@ -458,6 +498,229 @@ def test_plots_are_written(tmp_path):
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+# ---- the decoding case ---------------------------------------------------------------------------------------------
+
+
+def _points(shapes: list[Shape]) -> list[tuple[int, int, int, bool, int]]:
+    return [(s.q_seqlen, s.seqlen, s.batch, s.causal, s.page_size) for s in shapes]
+
+
+def test_decode_grid_and_labels():
+    shapes = make_grid(DECODE)
+    assert _points(shapes) == [
+        (1, 4096, 8, False, 0),
+        (1, 32768, 8, False, 0),
+        (1, 131072, 8, False, 0),
+        (1, 131072, 1, False, 0),
+        (4, 32768, 8, True, 0),
+        (1, 32768, 8, False, 16),
+        (1, 32768, 8, False, 64),
+        (1, 32768, 8, False, 256),
+    ]
+    assert {(s.dtype, s.headdim, s.nheads, s.kv_heads, s.group) for s in shapes} == {
+        ("bf16", 128, 32, 8, ("bf16", 128, None))
+    }
+    assert all(s.decode and not s.packed for s in shapes) and (shapes[1], shapes[6]) == (DECODE_SHAPE, PAGED)
+    assert DECODE_SHAPE.label() == "bf16 · D=128 · non-causal · Lq=1 Lk=32k B=8 H=32/8"
+    assert PAGED.label() == "bf16 · D=128 · non-causal · Lq=1 Lk=32k B=8 H=32/8 page 64" and PAGED.num_pages == 4096
+    assert shapes[4].label() == "bf16 · D=128 · causal · Lq=4 Lk=32k B=8 H=32/8"
+    assert shapes[4].size_label == "Lq=4 Lk=32k B=8 H=32/8 causal" and shapes[4].tokens == 32
+    assert shapes[4].flops("fwd") == attention_flops(8, 32, 4, 32768, 128, causal=True)
+    # self-attention shapes: q's rows and K/V's heads follow seqlen and nheads, labels as before
+    assert (SHAPE.q_seqlen, SHAPE.kv_heads, SHAPE.decode, SHAPE.paged) == (4096, 16, False, False)
+    assert SHAPE.label() == "bf16 · D=128 · non-causal · L=4k B=4 H=16" and SHAPE.size_label == "L=4k"
+    assert SHAPE.group == ("bf16", 128, False)
+    assert graphs.graph_shape(shapes) == shapes[0]  # the CUDA graph figures' shape: Lq=1 Lk=4k B=8
+
+
+def test_decode_flags_quick_and_refusals(capsys):
+    quick = make_grid(cli.grid_spec(parse("--decode", "--quick")))
+    assert _points(quick) == [
+        (1, 1024, 2, False, 0),
+        (1, 4096, 2, False, 0),
+        (4, 1024, 2, True, 0),
+        (1, 4096, 2, False, 64),
+    ]
+    assert {(s.nheads, s.kv_heads) for s in quick} == {(8, 2)} and graphs.graph_shape(quick) == quick[0]
+    assert cli.settings(parse("--decode", "--quick")) == Settings(warmup_ms=5.0, rep_ms=20.0)
+    narrowed = make_grid(cli.grid_spec(parse("--decode", "--causal", "no", "--dtype", "fp16", "--headdim", "64,128")))
+    assert len(narrowed) == 2 * 7 and not any(s.causal for s in narrowed)
+    assert [s.group for s in narrowed[::7]] == [("fp16", 64, None), ("fp16", 128, None)]
+    assert not parse().decode and parse("--decode").decode
+    # checked before the GPU: the answer is the same on any machine
+    for flags, why in [
+        (("--seqlen", "4k"), "--decode sets its own shapes; drop --seqlen, --batch and --nheads"),
+        (("--nheads", "8"), "--decode sets its own shapes"),
+        (("--pass", "fwd+bwd"), "flash_attn_with_kvcache has no backward); drop --pass"),
+    ]:
+        assert cli.main(["--decode", *flags]) == 2
+        assert why in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse("--decode", "--varlen")
+    assert "--varlen: not allowed with argument --decode" in capsys.readouterr().err
+
+
+def test_import_of_the_grid_loads_no_torch():
+    code = "import sys, flashcute.bench.grid as g; g.make_grid(g.DECODE)[0].kv_bytes; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_decode_inputs_and_block_table():
+    shape = Shape("fp16", 16, False, seqlen=256, batch=3, nheads=4, seqlen_q=2, nheads_k=2, page_size=32)
+    x = make_inputs(shape, with_grad=False, device="cpu")
+    assert (x.q.shape, x.k.shape, x.v.shape) == ((3, 2, 4, 16), (24, 32, 2, 16), (24, 32, 2, 16))
+    assert make_inputs(dataclasses.replace(shape, page_size=0), with_grad=False, device="cpu").k.shape == (
+        3,
+        256,
+        2,
+        16,
+    )
+    table = block_table(shape, device="cpu")
+    assert table.dtype == torch.int32 and table.shape == (3, 8) and sorted(table.flatten().tolist()) == list(range(24))
+    assert torch.equal(table, block_table(shape, device="cpu"))  # seeded: every run reads the same pages
+    assert not torch.equal(table.flatten(), torch.arange(24, dtype=torch.int32))  # scattered over the cache
+    mask = inputs.bottom_right_causal_mask(dataclasses.replace(shape, seqlen=5), device="cpu")
+    assert mask.int().tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+
+
+def test_decode_registry_and_what_each_backend_takes(monkeypatch):
+    monkeypatch.setattr(flashcute, "available_kernels", lambda: ["sm80"], raising=False)
+    assert "flashcute-sm80-func" not in registry() and "flashcute-sm80-func" not in select_backends(None)[0]
+    known = registry(decode=True)
+    assert list(known)[:2] == ["flashcute-sm80", "flashcute-sm80-func"]
+    speculative = make_grid(DECODE)[4]
+    for name in ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "sdpa-math", "flex"):
+        assert known[name].supports(PAGED, "fwd").startswith("no paged KV cache:"), name
+        assert known[name].supports(DECODE_SHAPE, "fwd") is None and known[name].supports(speculative, "fwd") is None
+    assert known["fa4"].supports(PAGED, "fwd") is None and known["flashcute-sm80"].supports(PAGED, "fwd") is None
+    func = known["flashcute-sm80-func"]
+    assert func.supports(DECODE_SHAPE, "fwd") is None and func.supports(PAGED, "fwd").startswith("no paged KV cache:")
+    assert func.supports(SHAPE, "fwd").startswith("decode shapes only")
+
+
+def top_left_causal(name: str) -> Backend:
+    """The causal mask aligned top-left, the rule SDPA's is_causal follows: wrong once seqlen_q < seqlen_k."""
+
+    def build(shape: Shape):
+        return partial(attention_same_precision, causal=shape.causal, causal_align="top_left")
+
+    return Backend(name, build)
+
+
+def test_sweep_checks_every_decode_shape(cpu_clock):
+    spec = DecodeSpec(
+        headdims=(32,),
+        nheads=4,
+        nheads_k=2,
+        points=(DecodePoint(1, 256, 2), DecodePoint(3, 128, 2, causal=True), DecodePoint(1, 256, 2, page_size=16)),
+    )
+    shapes = make_grid(spec)
+    calls: list[tuple[str, dict]] = []
+    backends = [
+        flashcute_backend("flashcute-good", stand_in_flashcute(calls=calls), "sm80"),
+        flashcute_backend("flashcute-in-order", stand_in_flashcute(pages_in_order=True), "sm80"),
+        bench_backends.flashcute_func_backend("flashcute-good-func", stand_in_flashcute(), "sm80"),
+        registry()["sdpa-math"],
+        top_left_causal("top-left"),
+    ]
+    rows = {(r.backend, r.shape): r for r in sweep(shapes, backends, Settings())}
+    contiguous, speculative, paged = shapes
+    assert all(rows[("flashcute-good", s)].status == "ok" and rows[("flashcute-good", s)].errors for s in shapes)
+    assert calls[0] == (
+        "flash_attn_with_kvcache",
+        {"cache_seqlens": 256, "block_table": None, "causal": False, "kernel": "sm80"},
+    )
+    assert torch.equal(calls[-1][1]["block_table"], block_table(paged, device="cpu"))
+    # the check gathers a paged cache through its block table, and is made on every decode shape
+    wrong = rows[("flashcute-in-order", paged)]
+    assert wrong.status == "wrong" and wrong.reason.startswith("wrong (checked at Lq=1 Lk=256 B=2 H=4/2 page 16): out")
+    assert rows[("flashcute-in-order", contiguous)].status == rows[("flashcute-in-order", speculative)].status == "ok"
+    # SDPA gets the bottom-right mask where seqlen_q < seqlen_k; the top-left rule fails the check there
+    assert rows[("sdpa-math", speculative)].status == "ok" and rows[("sdpa-math", contiguous)].status == "ok"
+    assert rows[("top-left", speculative)].status == "wrong" and rows[("top-left", contiguous)].status == "ok"
+    for name in ("sdpa-math", "flashcute-good-func"):
+        assert rows[(name, paged)].status == "unsupported" and rows[(name, paged)].reason.startswith(
+            "no paged KV cache"
+        )
+    assert rows[("flashcute-good-func", speculative)].status == "ok"
+
+
+def decode_results(ms_scale: float = 1.0) -> Results:
+    speculative = make_grid(DECODE)[4]
+
+    def row(backend, shape, ms=None, status="ok", reason=""):
+        return Row(backend, shape, "fwd", status, reason, ms and ms * ms_scale)
+
+    rows = []
+    for shape in (DECODE_SHAPE, speculative, PAGED):
+        rows += [
+            row("flashcute-sm90", shape, 0.5),
+            row("flashcute-sm90-func", shape, 1.0)
+            if not shape.paged
+            else row("flashcute-sm90-func", shape, status="unsupported", reason="no paged KV cache: flash_attn_func"),
+            row("fa4", shape, 0.25),
+            row("sdpa-flash", shape, 2.0)
+            if shape == DECODE_SHAPE
+            else row("sdpa-flash", shape, status="unsupported", reason=f"no {shape.size_label}"),
+        ]
+    graph = {
+        "shape": make_grid(DECODE)[0].label(),
+        "us": {
+            "flashcute-sm90": {"step": 12.0, "attention": 11.0},
+            "flashcute-sm80": dict.fromkeys(("step", "attention"), "RuntimeError: capture failed"),
+        },
+    }
+    return Results({"pass": "fwd", "gpu": {"name": "Test GPU"}}, rows, decode_graph=graph)
+
+
+def test_decode_rows_show_tbps_and_round_trip(tmp_path):
+    row = Row("flashcute-sm90", PAGED, "fwd", "ok", ms=0.5)
+    assert PAGED.kv_bytes == 2 * 8 * 32768 * 8 * 128 * 2 == 1 << 30  # K and V of bf16: 1 GiB
+    assert row.tbps == pytest.approx((1 << 30) / 0.5e-3 / 1e12) == pytest.approx(2.147, abs=1e-3)
+    assert (row.figure, row.unit) == (row.tbps, "TB/s")
+    assert row.tflops == pytest.approx(4 * 8 * 32 * 32768 * 128 / 0.5e-3 / 1e12)
+    dense = Row("fa4", SHAPE, "fwd", "ok", ms=1.0)
+    assert (dense.figure, dense.unit, dense.tbps) == (dense.tflops, "TFLOP/s", None)
+    results = decode_results()
+    results.rows.append(dense)
+    results.save(tmp_path / "results.json")
+    saved = json.loads((tmp_path / "results.json").read_text())
+    paged = next(r for r in saved["rows"] if r["page_size"])
+    assert (paged["seqlen_q"], paged["nheads_k"], paged["page_size"], paged["seqlen"]) == (1, 8, 64, 32768)
+    assert paged["tbps"] == pytest.approx(2.147, abs=1e-3) and saved["decode_graph"] == results.decode_graph
+    assert (saved["rows"][-1]["seqlen_q"], saved["rows"][-1]["page_size"], saved["rows"][-1]["tbps"]) == (None, 0, None)
+    loaded = Results.load(tmp_path / "results.json")
+    assert loaded == results and {r.key for r in loaded.rows} == {r.key for r in results.rows}
+
+
+def test_report_shows_decode_tables_in_tbps_and_the_graph_step(tmp_path):
+    results = decode_results()
+    text = render(results)
+    flat = re.sub(" +", " ", text)
+    assert "\nTB/s; ratios are flashcute's speedup" in text and DECODE_NOTE in text and PACKED_NOTE not in text
+    assert text.count("## bf16 · D=128 · decode") == 1  # one table per dtype and head dim, both masks in it
+    header = "| Lq | Lk | B | H | page | causal | flashcute-sm90 | flashcute-sm90-func | fa4 | sdpa-flash |"
+    assert header + " sm90/flashcute-sm90-func | sm90/fa4 | sm90/sdpa-flash |" in flat and "sm90-func/" not in flat
+    assert "| 1 | 32k | 8 | 32/8 | | no | 2.15 | 1.07 | 4.29 | 0.54 | 2.00 | 0.50 | 4.00 |" in flat
+    assert "| 4 | 32k | 8 | 32/8 | | yes | 2.15 | 1.07 | 4.29 | n/a | 2.00 | 0.50 | |" in flat
+    assert "| 1 | 32k | 8 | 32/8 | 64 | no | 2.15 | n/a | 4.29 | n/a | | 0.50 | |" in flat
+    assert "| geomean | | | | | | | | | | 2.00 | 0.50 | 4.00 |" in flat
+    assert "- sdpa-flash unsupported (Lq=4 Lk=32k B=8 H=32/8 causal): no Lq=4 Lk=32k B=8 H=32/8 causal" in text
+    assert "- flashcute-sm90-func unsupported (Lq=1 Lk=32k B=8 H=32/8 page 64): no paged KV cache" in text
+    graph = text[text.index("## Decode step in a CUDA graph") :]
+    assert "at bf16 · D=128 · non-causal · Lq=1 Lk=4k B=8 H=32/8" in graph and "step / attention <= 1.1" in graph
+    assert "| flashcute-sm90 | 12.0 | 11.0 | 1.09 |" in re.sub(" +", " ", graph)
+    assert "| flashcute-sm80 | ✗ | ✗ | |" in re.sub(" +", " ", graph)
+    assert graph.count("- flashcute-sm80 step: RuntimeError: capture failed") == 1
+    assert [p.name for p in write_plots(results, tmp_path)] == ["fwd_bf16_d128_decode.png"]
+    change = compare(results, decode_results(ms_scale=0.5))
+    assert "| backend | shape | old TB/s | new TB/s | change |" in re.sub(" +", " ", change)
+    assert "| fa4 | bf16 · D=128 · non-causal · Lq=1 Lk=32k B=8 H=32/8 page 64 | 4.29 | 8.59 | +100.0% |" in re.sub(
+        " +", " ", change
+    )
+
+
 # ---- the command without a GPU ---------------------------------------------------------------------------------------
 
 
@@ -504,3 +767,48 @@ def test_bench_varlen_quick_on_a_cpu_stand_in(monkeypatch, cpu_clock, tmp_path, 
     text = re.sub(" +", " ", (tmp_path / "results.md").read_text())
     assert PACKED_NOTE in text and "| packed 105..975 | 7 | 4 |" in text and "| 1k | 4 | 4 |" in text
     assert [path.name for path in tmp_path.glob("*.png")] == ["fwd_bf16_d128_causal.png"]
+
+
+def test_bench_decode_quick_on_a_cpu_stand_in(monkeypatch, cpu_clock, tmp_path, capsys):
+    """`flashcute bench --decode --quick` end to end, flashcute's entry points, the clocks and the CUDA graphs
+    standing in."""
+    package = stand_in_flashcute()
+    monkeypatch.setattr(flashcute, "available_kernels", lambda: ["sm80"], raising=False)
+    for name in ("flash_attn_func", "flash_attn_with_kvcache"):
+        monkeypatch.setattr(flashcute, name, getattr(package, name), raising=False)
+    time_on_the_cpu(monkeypatch, lambda: 0.001)
+    graphed = []
+    monkeypatch.setattr(
+        graphs,
+        "graph_us",
+        lambda kernel, shape, settings: graphed.append((kernel, shape)) or {"step": 10.5, "attention": 10.0},
+    )
+    backends = "flashcute-sm80,flashcute-sm80-func,sdpa-math"
+    assert cli.main(["--decode", "--quick", "--backends", backends, "--out", str(tmp_path)]) == 0, (
+        capsys.readouterr().err
+    )
+    saved = Results.load(tmp_path / "results.json")
+    statuses = {(row.backend, row.shape.page_size, row.status) for row in saved.rows}
+    assert len(saved.rows) == 4 * 3 and statuses == {
+        ("flashcute-sm80", 0, "ok"),
+        ("flashcute-sm80", 64, "ok"),
+        ("flashcute-sm80-func", 0, "ok"),
+        ("flashcute-sm80-func", 64, "unsupported"),
+        ("sdpa-math", 0, "ok"),
+        ("sdpa-math", 64, "unsupported"),
+    }
+    quick = make_grid(cli.grid_spec(parse("--decode", "--quick")))
+    assert graphed == [("sm80", quick[0])] and saved.host_overhead_us == {} and saved.first_call_s == {}
+    assert saved.decode_graph == {
+        "shape": "bf16 · D=128 · non-causal · Lq=1 Lk=1k B=2 H=8/2",
+        "us": {"flashcute-sm80": {"step": 10.5, "attention": 10.0}},
+    }
+    assert [point["seqlen_k"] for point in saved.meta["grid"]["points"]] == [1024, 4096, 1024, 4096]
+    text = re.sub(" +", " ", (tmp_path / "results.md").read_text())
+    tbps = 2 * 2 * 1024 * 2 * 128 * 2 / 1e-6 / 1e12
+    assert (
+        DECODE_NOTE in text
+        and f"| 1 | 1k | 2 | 8/2 | | no | {tbps:.2f} | {tbps:.2f} | {tbps:.2f} | 1.00 | 1.00 |" in text
+    )
+    assert "| flashcute-sm80 | 10.5 | 10.0 | 1.05 |" in text
+    assert [path.name for path in tmp_path.glob("*.png")] == ["fwd_bf16_d128_decode.png"]

@@ -4,6 +4,10 @@ Names: flashcute-<kernel> for each kernel flashcute.interface.available_kernels(
 (flash-attn-4, CuTe DSL); sdpa-cudnn, sdpa-flash, sdpa-efficient and sdpa-math (PyTorch SDPA with that backend
 forced); flex (FlexAttention under torch.compile, the Triton kernel a Python user would otherwise pick).
 flashcute and fa4 run packed shapes through their flash_attn_varlen_func; SDPA and flex refuse them.
+
+Decode shapes (q a few rows, k and v a cache): flashcute-<kernel> runs them through flash_attn_with_kvcache, and
+the decode registry adds flashcute-<kernel>-func, the same kernel through flash_attn_func on a contiguous cache;
+fa4 runs a paged cache through its flash_attn_varlen_func's page_table; SDPA and flex take contiguous caches only.
 """
 
 import importlib.util
@@ -17,8 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from flashcute.bench.grid import Shape
-from flashcute.bench.inputs import cu_seqlens
+from flashcute.bench.inputs import block_table, bottom_right_causal_mask, cu_seqlens
 from flashcute.bench.passes import AttentionFn
+from flashcute.bench.results import DENSE_ENTRY_SUFFIX
 
 MATH_MAX_SCORES_BYTES = 1 << 30
 SDPA_BACKENDS = {
@@ -29,6 +34,8 @@ SDPA_BACKENDS = {
 }
 SDPA_PACKED = "SDPA takes them only as nested tensors, not timed here"
 FLEX_PACKED = "FlexAttention needs a document mask for them, not timed here"
+SDPA_PAGED = "SDPA takes no page table"
+FLEX_PAGED = "FlexAttention reads pages only through its own paged-attention mask conversion, not timed here"
 
 
 def _supports_all(shape: Shape, pass_: str) -> str | None:
@@ -78,6 +85,17 @@ def _dense_only(
     return dense_only
 
 
+def _contiguous_only(
+    why: str, supports: Callable[[Shape, str], str | None] = _supports_all
+) -> Callable[[Shape, str], str | None]:
+    """`supports` for a backend that does not read a paged cache (``why`` not), and otherwise asks ``supports``."""
+
+    def contiguous_only(shape: Shape, pass_: str) -> str | None:
+        return f"no paged KV cache: {why}" if shape.paged else supports(shape, pass_)
+
+    return contiguous_only
+
+
 def _heads_first(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """(batch, seqlen, nheads, headdim) views as (batch, nheads, seqlen, headdim), the layout of SDPA and flex."""
     return tuple(t.transpose(1, 2) for t in tensors)
@@ -87,10 +105,18 @@ def _heads_first(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def flashcute_backend(name: str, package: ModuleType, kernel: str) -> Backend:
-    """``package.flash_attn_func`` with ``kernel``, or its flash_attn_varlen_func for a packed shape: flashcute's, or
-    those of another tree's copy of the package."""
+    """``package.flash_attn_func`` with ``kernel``, or its flash_attn_varlen_func for a packed shape, or its
+    flash_attn_with_kvcache for a decode shape: flashcute's, or those of another tree's copy of the package."""
 
     def build(shape: Shape) -> AttentionFn:
+        if shape.decode:
+            return partial(
+                package.flash_attn_with_kvcache,
+                cache_seqlens=shape.seqlen,
+                block_table=block_table(shape) if shape.paged else None,
+                causal=shape.causal,
+                kernel=kernel,
+            )
         if shape.packed:
             return partial(
                 package.flash_attn_varlen_func, **_varlen_arguments(shape), causal=shape.causal, kernel=kernel
@@ -100,7 +126,25 @@ def flashcute_backend(name: str, package: ModuleType, kernel: str) -> Backend:
     return Backend(name, build)
 
 
-def _flashcute_backends() -> list[Backend]:
+def _decode_only(shape: Shape, pass_: str) -> str | None:
+    if not shape.decode:
+        return "decode shapes only: flashcute-<kernel> times flash_attn_func on the others"
+    if shape.paged:
+        return "no paged KV cache: flash_attn_func takes k and v of (batch, seqlen_k, nheads_k, headdim)"
+    return None
+
+
+def flashcute_func_backend(name: str, package: ModuleType, kernel: str) -> Backend:
+    """``package.flash_attn_func`` with ``kernel`` on a decode shape's contiguous cache: the dense entry beside
+    flash_attn_with_kvcache, for what the cache entry costs over it."""
+
+    def build(shape: Shape) -> AttentionFn:
+        return partial(package.flash_attn_func, causal=shape.causal, kernel=kernel)
+
+    return Backend(name, build, supports=_decode_only)
+
+
+def _flashcute_backends(decode: bool) -> list[Backend]:
     try:
         import flashcute
 
@@ -109,7 +153,12 @@ def _flashcute_backends() -> list[Backend]:
         return [_unavailable("flashcute", f"available_kernels() failed: {type(exc).__name__}: {exc}")]
     if not kernels:
         return [_unavailable("flashcute", "no flashcute kernel runs on this GPU")]
-    return [flashcute_backend(f"flashcute-{kernel}", flashcute, kernel) for kernel in kernels]
+    backends = [flashcute_backend(f"flashcute-{kernel}", flashcute, kernel) for kernel in kernels]
+    if decode:
+        backends += [
+            flashcute_func_backend(f"flashcute-{kernel}{DENSE_ENTRY_SUFFIX}", flashcute, kernel) for kernel in kernels
+        ]
+    return backends
 
 
 # ---- flash-attn-4 --------------------------------------------------------------------------------------------------
@@ -123,11 +172,24 @@ def _fa4_available() -> str | None:
     return None
 
 
+def _fa4_paged_arguments(shape: Shape) -> dict[str, torch.Tensor | int]:
+    """flash-attn-4's flash_attn_varlen_func arguments for a paged cache: without seqused_k it would take every
+    sequence to hold as many keys as the whole cache."""
+    table = block_table(shape)
+    seqused_k = torch.full((shape.batch,), shape.seqlen, dtype=torch.int32, device=table.device)
+    return {"page_table": table, "seqused_k": seqused_k, "max_seqlen_k": shape.seqlen}
+
+
 def _build_fa4(shape: Shape) -> AttentionFn:
-    if shape.packed:
+    # by keyword: flash_attn_varlen_func's order is not flashcute's
+    if shape.paged:
         from flash_attn.cute import flash_attn_varlen_func
 
-        call = partial(flash_attn_varlen_func, **_varlen_arguments(shape))  # by keyword: its order is not flashcute's
+        call = partial(flash_attn_varlen_func, **_fa4_paged_arguments(shape))
+    elif shape.packed:
+        from flash_attn.cute import flash_attn_varlen_func
+
+        call = partial(flash_attn_varlen_func, **_varlen_arguments(shape))
     else:
         from flash_attn.cute import flash_attn_func as call
 
@@ -141,17 +203,28 @@ def _build_fa4(shape: Shape) -> AttentionFn:
 # ---- PyTorch SDPA --------------------------------------------------------------------------------------------------
 
 
+def _sdpa_mask(shape: Shape) -> dict[str, torch.Tensor | bool]:
+    """SDPA's mask arguments. is_causal is top-left aligned, which is flashcute's bottom-right rule only when
+    seqlen_q == seqlen_k; otherwise a causal shape gets the bottom-right rule as a boolean attn_mask, which the
+    flash backend refuses (reported unsupported) and the others take."""
+    if shape.causal and shape.q_seqlen != shape.seqlen:
+        return {"attn_mask": bottom_right_causal_mask(shape)}
+    return {"is_causal": shape.causal}
+
+
 def _build_sdpa(shape: Shape) -> AttentionFn:
+    # enable_gqa only where K/V have fewer heads: torch before 2.5 does not take the argument.
+    arguments = {**_sdpa_mask(shape), **({"enable_gqa": True} if shape.kv_heads != shape.nheads else {})}
+
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        # is_causal is top-left aligned, which is flashcute's bottom-right rule when seqlen_q == seqlen_k.
-        return F.scaled_dot_product_attention(*_heads_first(q, k, v), is_causal=shape.causal).transpose(1, 2)
+        return F.scaled_dot_product_attention(*_heads_first(q, k, v), **arguments).transpose(1, 2)
 
     return attention
 
 
 def _math_fits(shape: Shape, pass_: str) -> str | None:
     """The math backend materializes the scores: keep it to sizes where that is cheap."""
-    nbytes = shape.batch * shape.nheads * shape.seqlen**2 * shape.torch_dtype.itemsize
+    nbytes = shape.batch * shape.nheads * shape.q_seqlen * shape.seqlen * shape.torch_dtype.itemsize
     if nbytes <= MATH_MAX_SCORES_BYTES:
         return None
     return f"math SDPA only runs where its scores fit in {MATH_MAX_SCORES_BYTES >> 30} GiB (needs {nbytes >> 30} GiB)"
@@ -163,7 +236,7 @@ def _sdpa(kind: str) -> Backend:
 
         return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[kind]))
 
-    supports = _dense_only(SDPA_PACKED, _math_fits if kind == "math" else _supports_all)
+    supports = _dense_only(SDPA_PACKED, _contiguous_only(SDPA_PAGED, _math_fits if kind == "math" else _supports_all))
     return Backend(f"sdpa-{kind}", _build_sdpa, supports=supports, context=forced)
 
 
@@ -174,8 +247,14 @@ def _flex_available() -> str | None:
     return None if importlib.util.find_spec("triton") else "triton is not installed"
 
 
-def _causal_mask(batch_idx: torch.Tensor, head_idx: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor):
-    return q_idx >= kv_idx  # the grid has seqlen_q == seqlen_k, where top-left and bottom-right agree
+def _causal_mask(offset: int) -> Callable[..., torch.Tensor]:
+    """flex's mask_mod for the bottom-right causal rule: query i sees key j iff j <= i + offset, offset = seqlen_k -
+    seqlen_q."""
+
+    def causal(batch_idx: torch.Tensor, head_idx: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor):
+        return q_idx + offset >= kv_idx
+
+    return causal
 
 
 def _build_flex(shape: Shape) -> AttentionFn:
@@ -185,12 +264,13 @@ def _build_flex(shape: Shape) -> AttentionFn:
     # later shapes to flex_attention's eager path, which materializes the scores.
     torch._dynamo.reset()
     attend = torch.compile(flex_attention, dynamic=False)
-    block_mask = None
+    arguments = {"enable_gqa": True} if shape.kv_heads != shape.nheads else {}
     if shape.causal:
-        block_mask = create_block_mask(_causal_mask, None, None, shape.seqlen, shape.seqlen, device="cuda")
+        mask = _causal_mask(shape.seqlen - shape.q_seqlen)
+        arguments["block_mask"] = create_block_mask(mask, None, None, shape.q_seqlen, shape.seqlen, device="cuda")
 
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return attend(*_heads_first(q, k, v), block_mask=block_mask).transpose(1, 2)
+        return attend(*_heads_first(q, k, v), **arguments).transpose(1, 2)
 
     return attention
 
@@ -198,27 +278,29 @@ def _build_flex(shape: Shape) -> AttentionFn:
 # ---- selection -----------------------------------------------------------------------------------------------------
 
 
-def registry() -> dict[str, Backend]:
-    """Every backend this process knows, flashcute first, in the order tables and plots show them."""
+def registry(decode: bool = False) -> dict[str, Backend]:
+    """Every backend this process knows, flashcute first, in the order tables and plots show them; with ``decode``
+    also the backends that only time decode shapes."""
+    flex_supports = _dense_only(FLEX_PACKED, _contiguous_only(FLEX_PAGED))
     backends = [
-        *_flashcute_backends(),
+        *_flashcute_backends(decode),
         Backend("fa4", _build_fa4, available=_fa4_available),
         _sdpa("cudnn"),
         _sdpa("flash"),
         _sdpa("efficient"),
-        Backend("flex", _build_flex, supports=_dense_only(FLEX_PACKED), available=_flex_available),
+        Backend("flex", _build_flex, supports=flex_supports, available=_flex_available),
         _sdpa("math"),
     ]
     return {backend.name: backend for backend in backends}
 
 
-def select_backends(names: str | None) -> tuple[list[Backend], dict[str, str]]:
-    """The backends to sweep, and those skipped with why.
+def select_backends(names: str | None, decode: bool = False) -> tuple[list[Backend], dict[str, str]]:
+    """The backends to sweep (``decode``: a sweep of decode shapes), and those skipped with why.
 
     names=None takes every available backend and skips the others. A comma list takes exactly those names: an
     unknown or unavailable one stays in the sweep and refuses every row with the reason, so the report shows it.
     """
-    known = registry()
+    known = registry(decode)
     if names is None:
         reasons = {name: backend.available() for name, backend in known.items()}
         selected = [backend for name, backend in known.items() if reasons[name] is None]

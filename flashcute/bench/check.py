@@ -4,7 +4,9 @@ A backend passes when its error (max abs and relative L2) is at most twice the e
 computed by plain PyTorch ops in the input precision, plus a small atol. To keep the float64 reference cheap on
 big shapes the backend runs on the real shape and only a sample of it is compared: the first and last batch
 element, the first and last head (batch and heads are independent, so the sample is a problem of its own). Of a
-packed batch the sample is its first and last sequences, packed the same way, and the first and last head.
+packed batch the sample is its first and last sequences, packed the same way, and the first and last head. With
+fewer K/V heads than query heads the first and last of each still pair up (query head h reads K/V head
+h // (nheads // nheads_k)). A paged cache is gathered into a contiguous one through its block table first.
 """
 
 from collections.abc import Callable
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from flashcute.bench.grid import Shape
-from flashcute.bench.inputs import InputSet
+from flashcute.bench.inputs import InputSet, block_table
 
 ATOL = {"max_abs": 1e-3, "rel_l2": 1e-4}
 """Slack on top of twice the baseline's error, so that a baseline that happens to be nearly exact on a small
@@ -71,6 +73,14 @@ def _per_sequence(attention: Callable[..., torch.Tensor], lengths: tuple[int, ..
     return packed
 
 
+def contiguous_cache(t: torch.Tensor, shape: Shape) -> torch.Tensor:
+    """A paged shape's cache (num_pages, page_size, nheads_k, headdim) as (batch, seqlen, nheads_k, headdim), its
+    pages gathered through the block table; any other shape's k or v as it is."""
+    if not shape.paged:
+        return t
+    return t[block_table(shape, device=t.device)].flatten(1, 2)
+
+
 def make_reference(inputs: InputSet, shape: Shape) -> Reference:
     from flashcute.reference import attention_ref, attention_same_precision
 
@@ -78,7 +88,8 @@ def make_reference(inputs: InputSet, shape: Shape) -> Reference:
     if shape.packed:
         lengths = sampled_lengths(shape.lengths)
         exact, same_precision = _per_sequence(exact, lengths), _per_sequence(same_precision, lengths)
-    qkv = [sample(t, shape.lengths) for t in (inputs.q, inputs.k, inputs.v)]
+    k, v = (contiguous_cache(t, shape) for t in (inputs.k, inputs.v))
+    qkv = [sample(t, shape.lengths) for t in (inputs.q, k, v)]
     dout = None if inputs.dout is None else sample(inputs.dout, shape.lengths)
     expected = _outputs(exact, [t.double() for t in qkv], None if dout is None else dout.double(), shape.causal)
     baseline = _outputs(same_precision, qkv, dout, shape.causal)
@@ -103,18 +114,20 @@ def judge(got: dict[str, torch.Tensor], reference: Reference) -> tuple[dict[str,
     return report, "; ".join(failures)
 
 
-def _verdict_key(backend: str, shape: Shape) -> tuple[str, tuple[str, int, bool], bool]:
+def _verdict_key(backend: str, shape: Shape) -> tuple[object, ...]:
     """What one check answers for: a backend on a group's dense shapes, or on its packed ones (another entry point
-    and other kernels)."""
-    return (backend, shape.group, shape.packed)
+    and other kernels), or on one decode shape (each takes its own path: query rows, mask, pages; and its reference
+    is cheap, with a few query rows)."""
+    return (backend, shape) if shape.decode else (backend, shape.group, shape.packed)
 
 
 class Checker:
     """Checks each backend once per (dtype, headdim, causal) group and layout (dense or packed), on the first such
-    shape where the backend runs; the verdict then holds for the group's shapes of that layout."""
+    shape where the backend runs, the verdict then holding for the group's shapes of that layout; and on every
+    decode shape."""
 
     def __init__(self) -> None:
-        self._verdicts: dict[tuple[str, tuple[str, int, bool], bool], str] = {}
+        self._verdicts: dict[tuple[object, ...], str] = {}
         self._reference: tuple[Shape, Reference] | None = None
 
     def pending(self, backend: str, shape: Shape) -> bool:
@@ -124,9 +137,7 @@ class Checker:
         self, backend: str, shape: Shape, inputs: InputSet, got: dict[str, torch.Tensor]
     ) -> dict[str, dict[str, float]]:
         report, failure = judge(got, self._reference_for(shape, inputs))
-        self._verdicts[_verdict_key(backend, shape)] = (
-            failure and f"wrong (checked at L={shape.length_label}): {failure}"
-        )
+        self._verdicts[_verdict_key(backend, shape)] = failure and f"wrong (checked at {shape.size_label}): {failure}"
         return report
 
     def wrong(self, backend: str, shape: Shape) -> str:

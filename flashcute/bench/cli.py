@@ -11,7 +11,21 @@ from flashcute.bench import meta
 from flashcute.bench.backends import select_backends
 from flashcute.bench.command import add_grid_arguments, add_timing_arguments, grid_from_flags, no_gpu
 from flashcute.bench.flops import PASSES
-from flashcute.bench.grid import FULL, QUICK, VARLEN, VARLEN_QUICK, GridSpec, VarlenSpec, make_grid, seqlen_label
+from flashcute.bench.graphs import decode_graph
+from flashcute.bench.grid import (
+    DECODE,
+    DECODE_QUICK,
+    FULL,
+    QUICK,
+    VARLEN,
+    VARLEN_QUICK,
+    DecodePoint,
+    DecodeSpec,
+    GridSpec,
+    VarlenSpec,
+    make_grid,
+    seqlen_label,
+)
 from flashcute.bench.host import first_calls, host_overheads
 from flashcute.bench.plot import write_plots
 from flashcute.bench.report import compare, render
@@ -24,12 +38,15 @@ QUICK_TIMING_MS = (5.0, 20.0)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     grid = add_grid_arguments(parser, FULL, "grid (default: design.md's; each flag narrows or overrides it)")
     grid.add_argument("--quick", action="store_true", help="a tiny grid and short timing, for smoke tests")
-    grid.add_argument("--varlen", action="store_true", help=_varlen_help())
+    case = grid.add_mutually_exclusive_group()
+    case.add_argument("--varlen", action="store_true", help=_varlen_help())
+    case.add_argument("--decode", action="store_true", help=_decode_help())
     parser.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd", help="what is timed (default: fwd)")
     parser.add_argument(
         "--backends",
         help="comma list (default: every one available): flashcute-<kernel>, fa4, sdpa-cudnn, sdpa-flash, "
-        "sdpa-efficient, flex, sdpa-math. A name that cannot run is reported on each row",
+        "sdpa-efficient, flex, sdpa-math, and with --decode flashcute-<kernel>-func. A name that cannot run is "
+        "reported on each row",
     )
     parser.add_argument("--out", type=Path, help="where results.json, results.md, plots go (default: out/bench/<time>)")
     parser.add_argument("--compare", type=Path, metavar="OLD.json", help="also print the change against a saved run")
@@ -52,10 +69,41 @@ def _varlen_help() -> str:
     )
 
 
-def grid_spec(args: argparse.Namespace) -> GridSpec | VarlenSpec:
+def _decode_help() -> str:
+    def point(p: DecodePoint) -> str:
+        page = f" page {p.page_size}" if p.page_size else ""
+        return f"Lq={p.seqlen_q} Lk={seqlen_label(p.seqlen_k)} B={p.batch}{page}{' causal' if p.causal else ''}"
+
+    def case(spec: DecodeSpec) -> str:
+        return f"{spec.nheads} query heads over {spec.nheads_k} K/V heads: {'; '.join(map(point, spec.points))}"
+
+    return (
+        "time decoding instead of the grid: a few new query rows per sequence against a long K/V cache "
+        "(flash_attn_with_kvcache; a paged cache through a block table of randomly permuted pages), in TB/s of K "
+        f"and V read, per dtype (default: {','.join(DECODE.dtypes)}) and head dim (default: "
+        f"{','.join(map(str, DECODE.headdims))}); --causal keeps the shapes of that mask. {case(DECODE)}. --quick: "
+        f"{case(DECODE_QUICK)}. Also times one decode step (append and attend) in a CUDA graph against the "
+        "attention alone. --seqlen, --batch and --nheads do not apply; forward only"
+    )
+
+
+def grid_spec(args: argparse.Namespace) -> GridSpec | VarlenSpec | DecodeSpec:
     if args.varlen:
         return grid_from_flags(args, VARLEN_QUICK if args.quick else VARLEN)
+    if args.decode:
+        return grid_from_flags(args, DECODE_QUICK if args.quick else DECODE)
     return grid_from_flags(args, QUICK if args.quick else FULL)
+
+
+def refusal(args: argparse.Namespace) -> str | None:
+    """Why the flags cannot run together, or None."""
+    if args.varlen and (args.seqlen or args.batch):
+        return "--varlen sets its own lengths and batch; drop --seqlen and --batch"
+    if args.decode and (args.seqlen or args.batch or args.nheads):
+        return "--decode sets its own shapes; drop --seqlen, --batch and --nheads"
+    if args.decode and args.pass_ != "fwd":
+        return "--decode times inference (flash_attn_with_kvcache has no backward); drop --pass"
+    return None
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -88,9 +136,9 @@ def progress(rows: Iterator[Row], total: int) -> Iterator[Row]:
 
 def run(args: argparse.Namespace) -> int:
     """The sweep; 0 when any row was timed, 1 when none could be, 2 without a GPU, with an unreadable --compare or
-    with --varlen and a flag it does not take."""
-    if args.varlen and (args.seqlen or args.batch):
-        print("flashcute bench: --varlen sets its own lengths and batch; drop --seqlen and --batch", file=sys.stderr)
+    with --varlen or --decode and a flag it does not take."""
+    if why := refusal(args):
+        print(f"flashcute bench: {why}", file=sys.stderr)
         return 2
     if no_gpu("bench"):
         return 2
@@ -101,18 +149,21 @@ def run(args: argparse.Namespace) -> int:
         return 2
     spec, config = grid_spec(args), settings(args)
     shapes = make_grid(spec)
-    backends, skipped = select_backends(args.backends)
+    backends, skipped = select_backends(args.backends, decode=args.decode)
     out_dir = args.out or Path("out/bench") / datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     extra = {"pass": config.pass_, "settings": dataclasses.asdict(config), "grid": dataclasses.asdict(spec)}
     results = Results(meta.collect({**extra, "skipped_backends": skipped}))
-    if not args.varlen:  # tiny dense calls: the default grid's run gives these figures
+    if not (args.varlen or args.decode):  # tiny dense calls: the default grid's run gives these figures
         results.host_overhead_us = host_overheads(backends, shapes[0])
         if not args.quick:  # a fresh process per backend and cache state: about a minute
             results.first_call_s = first_calls(backends, shapes[0])
     for row in progress(sweep(shapes, backends, config), total=len(shapes) * len(backends)):
         results.rows.append(row)
         results.save(out_dir / "results.json")  # after every row: an interrupted run keeps what it measured
+    if args.decode:  # after the sweep: a capture that goes wrong cannot cost the rows measured
+        results.decode_graph = decode_graph(backends, shapes, config)
+        results.save(out_dir / "results.json")
     report = render(results) + (compare(old, results) if old else "")
     print(report)
     (out_dir / "results.md").write_text(report)

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from flashcute.bench.grid import DTYPES, HIDDEN, TOKENS, GridSpec, VarlenSpec, seqlen_label
+from flashcute.bench.grid import DTYPES, HIDDEN, TOKENS, DecodeSpec, GridSpec, VarlenSpec, seqlen_label
 
 T = TypeVar("T")
-Spec = TypeVar("Spec", GridSpec, VarlenSpec)
+Spec = TypeVar("Spec", GridSpec, VarlenSpec, DecodeSpec)
 BOOLS = {"no": False, "false": False, "0": False, "yes": True, "true": True, "1": True}
 
 
@@ -79,7 +79,8 @@ def add_grid_arguments(
 
 
 def grid_from_flags(args: argparse.Namespace, default: Spec) -> Spec:
-    """``default`` with the grid flags that were given (a VarlenSpec takes no --seqlen or --batch)."""
+    """``default`` with the grid flags that were given (a VarlenSpec takes no --seqlen or --batch, a DecodeSpec
+    neither, nor --nheads)."""
     flags = {
         "dtypes": args.dtype,
         "headdims": args.headdim,

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 """The grid's dtypes by short name, with the name torch and the kernels' configs give each."""
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
+"""Bytes of one element of each dtype, for bandwidth figures without loading torch."""
 TOKENS = 16384
 """batch · seqlen in the default grid, so every shape moves the same number of tokens."""
 HIDDEN = 2048
@@ -23,11 +25,17 @@ HIDDEN = 2048
 
 @dataclass(frozen=True)
 class Shape:
-    """One attention problem: q, k, v are (batch, seqlen, nheads, headdim) of `dtype`.
+    """One attention problem: q is (batch, seqlen_q, nheads, headdim) and k, v are (batch, seqlen, nheads_k,
+    headdim), of `dtype`; seqlen_q and nheads_k default to seqlen and nheads (self-attention, as many K/V heads as
+    query heads).
 
     A packed batch (`lengths` given) holds batch = len(lengths) sequences of those lengths, one after another, in q,
     k, v of (sum(lengths), nheads, headdim), for flash_attn_varlen_func; its seqlen is the longest sequence (the
     call's max_seqlen).
+
+    A decode shape (`seqlen_q` given) is one step of incremental decoding: seqlen_q new query rows per sequence
+    attend to a cache of seqlen keys, for flash_attn_with_kvcache. With `page_size` the cache is paged: k and v are
+    (num_pages, page_size, nheads_k, headdim), and `inputs.block_table` maps each sequence's positions to pages.
     """
 
     dtype: str
@@ -38,20 +46,55 @@ class Shape:
     nheads: int
     lengths: tuple[int, ...] = ()
     """A packed batch's sequence lengths; empty for a dense batch."""
+    seqlen_q: int | None = None
+    """A decode shape's query rows per sequence; None: seqlen (self-attention)."""
+    nheads_k: int | None = None
+    """K/V heads (grouped-query attention: query head h reads K/V head h // (nheads // nheads_k)); None: nheads."""
+    page_size: int = 0
+    """A decode shape's cache page size; 0: a contiguous cache."""
 
     @property
-    def group(self) -> tuple[str, int, bool]:
-        """Shapes that differ only in size (seqlen, batch, packing) share a group: one table, one plot."""
-        return (self.dtype, self.headdim, self.causal)
+    def group(self) -> tuple[str, int, bool | None]:
+        """Shapes that differ only in size (seqlen, batch, packing) share a group: one table, one plot. Decode
+        shapes of a dtype and head dim share one group whatever their mask (None): one table of decode steps."""
+        return (self.dtype, self.headdim, None if self.decode else self.causal)
 
     @property
     def packed(self) -> bool:
         return bool(self.lengths)
 
     @property
+    def decode(self) -> bool:
+        return self.seqlen_q is not None
+
+    @property
+    def paged(self) -> bool:
+        return self.page_size > 0
+
+    @property
+    def num_pages(self) -> int:
+        """A paged cache's pages: each sequence's seqlen keys, page_size to a page."""
+        return self.batch * self.seqlen // self.page_size
+
+    @property
+    def q_seqlen(self) -> int:
+        """Query rows per sequence."""
+        return self.seqlen if self.seqlen_q is None else self.seqlen_q
+
+    @property
+    def kv_heads(self) -> int:
+        return self.nheads if self.nheads_k is None else self.nheads_k
+
+    @property
     def tokens(self) -> int:
         """Rows of q: every sequence's tokens."""
-        return sum(self.lengths) if self.packed else self.batch * self.seqlen
+        return sum(self.lengths) if self.packed else self.batch * self.q_seqlen
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of K and V: what a decode step must read, whatever else it does."""
+        keys = sum(self.lengths) if self.packed else self.batch * self.seqlen
+        return 2 * keys * self.kv_heads * self.headdim * ELEMENT_BYTES[self.dtype]
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -63,14 +106,32 @@ class Shape:
         """A packed batch's FLOPs are summed sequence by sequence: none between two sequences is attended."""
         if self.packed:
             return sum(attention_flops(1, self.nheads, n, n, self.headdim, self.causal, pass_) for n in self.lengths)
-        return attention_flops(self.batch, self.nheads, self.seqlen, self.seqlen, self.headdim, self.causal, pass_)
+        return attention_flops(self.batch, self.nheads, self.q_seqlen, self.seqlen, self.headdim, self.causal, pass_)
 
     @property
     def length_label(self) -> str:
-        """The sequence length: "4k"; a packed batch's range: "packed 587..8165"."""
+        """The sequence length: "4k"; a packed batch's range: "packed 587..8165"; a decode shape's query rows and
+        cache: "Lq=1 Lk=32k"."""
+        if self.decode:
+            return f"Lq={self.q_seqlen} Lk={seqlen_label(self.seqlen)}"
         return f"packed {min(self.lengths)}..{max(self.lengths)}" if self.packed else seqlen_label(self.seqlen)
 
+    @property
+    def size_label(self) -> str:
+        """What tells the shape apart within its group: "L=4k"; for a decode shape "Lq=4 Lk=32k B=8 H=32/8 page 64
+        causal" (its group holds both masks)."""
+        if not self.decode:
+            return f"L={self.length_label}"
+        return self._decode_size + (" causal" if self.causal else "")
+
+    @property
+    def _decode_size(self) -> str:
+        page = f" page {self.page_size}" if self.paged else ""
+        return f"{self.length_label} B={self.batch} H={self.nheads}/{self.kv_heads}{page}"
+
     def label(self) -> str:
+        if self.decode:
+            return f"{group_label((self.dtype, self.headdim, self.causal))} · {self._decode_size}"
         tokens = f" ({self.tokens} tokens)" if self.packed else ""
         return f"{group_label(self.group)} · L={self.length_label} B={self.batch}{tokens} H={self.nheads}"
 
@@ -112,6 +173,51 @@ VARLEN = VarlenSpec()
 VARLEN_QUICK = VarlenSpec(tokens=4096, min_len=64, max_len=1024, dense_batch=4, nheads=4)
 
 
+@dataclass(frozen=True)
+class DecodePoint:
+    """One decode shape of a DecodeSpec: seqlen_q query rows per sequence over a cache of seqlen_k keys."""
+
+    seqlen_q: int
+    seqlen_k: int
+    batch: int
+    causal: bool = False
+    page_size: int = 0
+    """0: a contiguous cache."""
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """The decoding case: per dtype and head dim, each of `points` with nheads query heads over nheads_k K/V heads;
+    `causals` keeps the points of those masks."""
+
+    dtypes: tuple[str, ...] = ("bf16",)
+    headdims: tuple[int, ...] = (128,)
+    causals: tuple[bool, ...] = (False, True)
+    nheads: int = 32
+    nheads_k: int = 8
+    points: tuple[DecodePoint, ...] = (
+        DecodePoint(1, 4096, 8),
+        DecodePoint(1, 32768, 8),
+        DecodePoint(1, 131072, 8),
+        DecodePoint(1, 131072, 1),
+        DecodePoint(4, 32768, 8, causal=True),  # speculative decoding: a few draft tokens checked at once
+        *(DecodePoint(1, 32768, 8, page_size=page) for page in (16, 64, 256)),
+    )
+
+
+DECODE = DecodeSpec()
+DECODE_QUICK = DecodeSpec(
+    nheads=8,
+    nheads_k=2,
+    points=(
+        DecodePoint(1, 1024, 2),
+        DecodePoint(1, 4096, 2),
+        DecodePoint(4, 1024, 2, causal=True),
+        DecodePoint(1, 4096, 2, page_size=64),
+    ),
+)
+
+
 def packed_lengths(tokens: int, min_len: int, max_len: int, seed: int) -> tuple[int, ...]:
     """Lengths drawn uniformly from [min_len, max_len] by random.Random(seed) until they hold `tokens`, the last one
     cut so that they sum to exactly `tokens` (so it alone may be shorter than min_len, never 0)."""
@@ -123,11 +229,14 @@ def packed_lengths(tokens: int, min_len: int, max_len: int, seed: int) -> tuple[
     return tuple(lengths)
 
 
-def make_grid(spec: GridSpec | VarlenSpec) -> list[Shape]:
+def make_grid(spec: GridSpec | VarlenSpec | DecodeSpec) -> list[Shape]:
     """Every combination, grouped by (dtype, headdim, causal): with seqlen ascending inside a group, or for the
-    packed case the packed batch, then the dense one."""
+    packed case the packed batch, then the dense one; decode shapes grouped by (dtype, headdim), in the order of
+    the spec's points."""
     if isinstance(spec, VarlenSpec):
         return _varlen_grid(spec)
+    if isinstance(spec, DecodeSpec):
+        return _decode_grid(spec)
     combos = itertools.product(spec.dtypes, spec.headdims, spec.causals, sorted(spec.seqlens))
     return [
         Shape(
@@ -152,11 +261,32 @@ def _varlen_grid(spec: VarlenSpec) -> list[Shape]:
     return shapes
 
 
+def _decode_grid(spec: DecodeSpec) -> list[Shape]:
+    return [
+        Shape(
+            dtype=dtype,
+            headdim=headdim,
+            causal=point.causal,
+            seqlen=point.seqlen_k,
+            batch=point.batch,
+            nheads=spec.nheads,
+            seqlen_q=point.seqlen_q,
+            nheads_k=spec.nheads_k,
+            page_size=point.page_size,
+        )
+        for dtype, headdim in itertools.product(spec.dtypes, spec.headdims)
+        for point in spec.points
+        if point.causal in spec.causals
+    ]
+
+
 def seqlen_label(seqlen: int) -> str:
     """1024 -> "1k", 1000 -> "1000"."""
     return f"{seqlen // 1024}k" if seqlen % 1024 == 0 else str(seqlen)
 
 
-def group_label(group: tuple[str, int, bool]) -> str:
+def group_label(group: tuple[str, int, bool | None]) -> str:
+    """A group's title: "bf16 · D=128 · causal"; for the decode shapes' group (mask None) "bf16 · D=128 · decode"."""
     dtype, headdim, causal = group
-    return f"{dtype} · D={headdim} · {'causal' if causal else 'non-causal'}"
+    mask = "decode" if causal is None else "causal" if causal else "non-causal"
+    return f"{dtype} · D={headdim} · {mask}"

@@ -10,12 +10,15 @@ from flashcute.bench.grid import Shape
 
 DEFAULT_L2_BYTES = 64 << 20
 MAX_SETS = 32
+BLOCK_TABLE_SEED = 0
+"""Seeds the paged caches' block tables: every run and every input set of a shape read the same pages."""
 
 
 @dataclass(frozen=True)
 class InputSet:
-    """q, k, v: (batch, seqlen, nheads, headdim), or (tokens, nheads, headdim) for a packed shape; dout: the output's
-    gradient, for passes with a backward."""
+    """q, k, v: (batch, seqlen, nheads, headdim), or (tokens, nheads, headdim) for a packed shape, or for a decode
+    shape q (batch, seqlen_q, nheads, headdim) and k, v its cache, (batch, seqlen, nheads_k, headdim) or pages
+    (num_pages, page_size, nheads_k, headdim); dout: the output's gradient, for passes with a backward."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -25,18 +28,40 @@ class InputSet:
 
 def make_inputs(shape: Shape, with_grad: bool, device: str = "cuda") -> InputSet:
     """Standard normal inputs (never zeros: a kernel that writes nothing must not pass the check)."""
-    rows = (shape.tokens,) if shape.packed else (shape.batch, shape.seqlen)
-    size = (*rows, shape.nheads, shape.headdim)
+    if shape.packed:
+        q_rows = kv_rows = (shape.tokens,)
+    elif shape.paged:
+        q_rows, kv_rows = (shape.batch, shape.q_seqlen), (shape.num_pages, shape.page_size)
+    else:
+        q_rows, kv_rows = (shape.batch, shape.q_seqlen), (shape.batch, shape.seqlen)
+    q_size, kv_size = (*q_rows, shape.nheads, shape.headdim), (*kv_rows, shape.kv_heads, shape.headdim)
 
-    def randn(requires_grad: bool) -> torch.Tensor:
+    def randn(size: tuple[int, ...], requires_grad: bool) -> torch.Tensor:
         return torch.randn(size, dtype=shape.torch_dtype, device=device, requires_grad=requires_grad)
 
-    return InputSet(randn(with_grad), randn(with_grad), randn(with_grad), randn(False) if with_grad else None)
+    q, k, v = randn(q_size, with_grad), randn(kv_size, with_grad), randn(kv_size, with_grad)
+    return InputSet(q, k, v, randn(q_size, False) if with_grad else None)
 
 
 def cu_seqlens(shape: Shape, device: str = "cuda") -> torch.Tensor:
     """A packed shape's sequence starts and the end, int32 (batch + 1,): flash_attn_varlen_func's cu_seqlens."""
     return torch.tensor([0, *itertools.accumulate(shape.lengths)], dtype=torch.int32, device=device)
+
+
+def block_table(shape: Shape, device: str | torch.device = "cuda") -> torch.Tensor:
+    """A paged shape's block table, int32 (batch, seqlen // page_size): sequence b's position p lies in page
+    table[b, p // page_size]. The pages are a random permutation of all of them (BLOCK_TABLE_SEED), so that a
+    sequence's pages lie scattered over the cache as a serving engine's do after a while."""
+    generator = torch.Generator().manual_seed(BLOCK_TABLE_SEED)
+    pages = torch.randperm(shape.num_pages, generator=generator, dtype=torch.int32)
+    return pages.view(shape.batch, -1).to(device)
+
+
+def bottom_right_causal_mask(shape: Shape, device: str | torch.device = "cuda") -> torch.Tensor:
+    """Boolean (seqlen_q, seqlen), True where query i sees key j: j <= i + seqlen - seqlen_q (flash_attn's causal
+    rule, for backends whose own causal flag aligns the diagonal top-left)."""
+    visible = torch.ones(shape.q_seqlen, shape.seqlen, dtype=torch.bool, device=device)
+    return visible.tril(diagonal=shape.seqlen - shape.q_seqlen)
 
 
 def l2_bytes() -> int:

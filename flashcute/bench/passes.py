@@ -10,7 +10,8 @@ from flashcute.bench.inputs import InputSet
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """(q, k, v) -> out, all (batch, seqlen, nheads, headdim), or (tokens, nheads, headdim) for a packed shape (whose
-sequence bounds the function holds)."""
+sequence bounds the function holds), or for a decode shape q and its cache (whose block table the function holds),
+as inputs.InputSet lays them out; out has q's shape."""
 
 
 class NoBackward(Exception):

@@ -1,5 +1,6 @@
 """A PNG per (dtype, headdim, causal): TFLOP/s against seqlen, a line per backend. A packed batch has no one
-sequence length: a group that holds one gets a column per shape instead, a point per backend in each."""
+sequence length: a group that holds one gets a column per shape instead, a point per backend in each. So does a
+group of decode shapes, in TB/s."""
 
 from pathlib import Path
 
@@ -13,16 +14,16 @@ def plot_group(rows: list[Row], title: str, colors: dict[str, str], path: Path) 
     fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
     shapes = list(dict.fromkeys(row.shape for row in rows))
-    by_shape = any(shape.packed for shape in shapes)
+    by_shape = any(shape.packed or shape.decode for shape in shapes)
     x: dict[Shape, float] = {shape: i if by_shape else shape.seqlen for i, shape in enumerate(shapes)}
     for backend in backend_names(rows):
-        timed = [row for row in rows if row.backend == backend and row.tflops is not None]
+        timed = [row for row in rows if row.backend == backend and row.figure is not None]
         if not timed:
             continue
         wrong = any(row.status == "wrong" for row in timed)
         ax.plot(
             [x[row.shape] for row in timed],
-            [row.tflops for row in timed],
+            [row.figure for row in timed],
             color=colors[backend],
             marker="o",
             linestyle="none" if by_shape else ":" if wrong else "-",
@@ -30,19 +31,27 @@ def plot_group(rows: list[Row], title: str, colors: dict[str, str], path: Path) 
         )
     if by_shape:
         ax.set_xlim(-0.5, len(shapes) - 0.5)
-        ax.set_xticks(range(len(shapes)), [f"L={shape.length_label}\nB={shape.batch}" for shape in shapes])
-        ax.set_xlabel("batch")
+        ax.set_xticks(range(len(shapes)), [_tick(shape) for shape in shapes])
+        ax.set_xlabel("decode step" if shapes[0].decode else "batch")
     else:
         ax.set_xscale("log", base=2)
         ax.set_xticks([x[shape] for shape in shapes], [shape.length_label for shape in shapes])
         ax.set_xlabel("sequence length")
-    ax.set_ylabel("TFLOP/s")
+    ax.set_ylabel(rows[0].unit)
     ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.has_data():
         ax.legend(fontsize="small")
     fig.savefig(path, dpi=120)
+
+
+def _tick(shape: Shape) -> str:
+    """A column's label: "L=packed 16..48\nB=3"; a decode shape's "Lq=1 Lk=32k\nB=8 page 64"."""
+    if not shape.decode:
+        return f"L={shape.length_label}\nB={shape.batch}"
+    page = f" page {shape.page_size}" if shape.paged else ""
+    return f"{shape.length_label}\nB={shape.batch}{page}{' causal' if shape.causal else ''}"
 
 
 def write_plots(results: Results, out_dir: Path) -> list[Path]:
@@ -53,7 +62,8 @@ def write_plots(results: Results, out_dir: Path) -> list[Path]:
     for group, rows in by_group(results.rows).items():
         dtype, headdim, causal = group
         pass_ = rows[0].pass_
-        path = out_dir / f"{pass_}_{dtype}_d{headdim}_{'causal' if causal else 'noncausal'}.png"
+        mask = "decode" if causal is None else "causal" if causal else "noncausal"
+        path = out_dir / f"{pass_}_{dtype}_d{headdim}_{mask}.png"
         plot_group(rows, f"{pass_} · {group_label(group)} · {gpu}".rstrip(" ·"), colors, path)
         paths.append(path)
     return paths

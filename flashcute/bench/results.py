@@ -9,6 +9,10 @@ from flashcute.bench.grid import Shape
 STATUSES = ("ok", "wrong", "unsupported", "failed")
 """ok: timed and correct (or unchecked); wrong: timed but failed the check, left out of ratios;
 unsupported: the backend cannot do this shape or pass; failed: it raised."""
+DENSE_ENTRY_SUFFIX = "-func"
+"""flashcute-<kernel>-func: a flashcute kernel through flash_attn_func where flashcute-<kernel> times another entry
+point (flash_attn_with_kvcache on decode shapes). Tables compare flashcute-<kernel> against it, as against any
+other backend."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,21 @@ class Row:
         return None if self.ms is None else self.shape.flops(self.pass_) / (self.ms * 1e9)
 
     @property
+    def tbps(self) -> float | None:
+        """TB/s of K and V read: the figure of a decode step, which is bound by reading the cache; None for other
+        shapes, whose reads are not what bounds them."""
+        return None if self.ms is None or not self.shape.decode else self.shape.kv_bytes / (self.ms * 1e9)
+
+    @property
+    def figure(self) -> float | None:
+        """What tables and plots show: TB/s for a decode shape, TFLOP/s otherwise (`unit`)."""
+        return self.tbps if self.shape.decode else self.tflops
+
+    @property
+    def unit(self) -> str:
+        return "TB/s" if self.shape.decode else "TFLOP/s"
+
+    @property
     def key(self) -> tuple[str, str, Shape]:
         """Rows of two runs with the same key measure the same thing."""
         return (self.backend, self.pass_, self.shape)
@@ -35,11 +54,13 @@ class Row:
     def to_dict(self) -> dict:
         fields = asdict(self)
         del fields["shape"], fields["pass_"]
-        return {"backend": self.backend, "pass": self.pass_, **asdict(self.shape), **fields, "tflops": self.tflops}
+        figures = {"tflops": self.tflops, "tbps": self.tbps}
+        return {"backend": self.backend, "pass": self.pass_, **asdict(self.shape), **fields, **figures}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Row":
-        # rows saved before packed batches were timed have no lengths; JSON gives them back as a list
+        # rows saved before packed batches (decode shapes) were timed have no lengths (seqlen_q, nheads_k,
+        # page_size), whose defaults stand for them; JSON gives lengths back as a list
         fields = {name: data[name] for name in Shape.__dataclass_fields__ if name in data}
         shape = Shape(**{**fields, "lengths": tuple(data.get("lengths", ()))})
         names = set(cls.__dataclass_fields__) - {"shape", "pass_"}
@@ -55,11 +76,14 @@ class Results:
     could not be measured."""
     first_call_s: dict[str, dict[str, float | str]] = field(default_factory=dict)
     """Per backend, "<cache state> <call>" (bench.host.first_calls): seconds in a fresh process, or why not."""
+    decode_graph: dict = field(default_factory=dict)
+    """A --decode run's decode step in a CUDA graph (bench.graphs.decode_graph): {"shape": the shape's label, "us":
+    {backend: {kind: microseconds a replay, or why not}}} for the kinds bench.graphs.GRAPH_KINDS; empty otherwise."""
 
     def to_dict(self) -> dict:
         rows = [row.to_dict() for row in self.rows]
         host = {"host_overhead_us": self.host_overhead_us, "first_call_s": self.first_call_s}
-        return {"meta": self.meta, **host, "rows": rows}
+        return {"meta": self.meta, **host, "decode_graph": self.decode_graph, "rows": rows}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -76,15 +100,23 @@ class Results:
             for backend, value in data.get("host_overhead_us", {}).items()
         }
         rows = [Row.from_dict(row) for row in data["rows"]]
-        return cls(data["meta"], rows, host, data.get("first_call_s", {}))
+        return cls(data["meta"], rows, host, data.get("first_call_s", {}), data.get("decode_graph", {}))
 
 
-def by_group(rows: list[Row]) -> dict[tuple[str, int, bool], list[Row]]:
-    """Rows by (dtype, headdim, causal), in the order of the sweep."""
-    groups: dict[tuple[str, int, bool], list[Row]] = {}
+def by_group(rows: list[Row]) -> dict[tuple[str, int, bool | None], list[Row]]:
+    """Rows by Shape.group, (dtype, headdim, causal) or (dtype, headdim, None) for decode, in the order of the
+    sweep."""
+    groups: dict[tuple[str, int, bool | None], list[Row]] = {}
     for row in rows:
         groups.setdefault(row.shape.group, []).append(row)
     return groups
+
+
+def flashcute_kernel(backend: str) -> str | None:
+    """The kernel of a flashcute-<kernel> backend; None for any other backend, flashcute-<kernel>-func among them."""
+    if not backend.startswith("flashcute-") or backend.endswith(DENSE_ENTRY_SUFFIX):
+        return None
+    return backend.removeprefix("flashcute-")
 
 
 def backend_names(rows: list[Row]) -> list[str]:
