@@ -9,8 +9,15 @@ import pytest
 from flashcute.kernels import registry
 from flashcute.kernels.common.bwd_post import FlashAttentionBackwardPostprocess
 from flashcute.kernels.common.bwd_pre import FlashAttentionBackwardPreprocess
+from flashcute.kernels.common.combine import SplitKvCombine
 from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MAX_SMEM_BYTES
-from flashcute.kernels.common.prepost_config import BwdPreConfig, bwd_post_config, bwd_pre_config
+from flashcute.kernels.common.prepost_config import (
+    BwdPostConfig,
+    BwdPreConfig,
+    bwd_post_config,
+    bwd_pre_config,
+    combine_config,
+)
 from flashcute.kernels.sm80.config import fwd_config
 from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
 from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
@@ -112,7 +119,8 @@ def test_alternative_tiles_are_not_the_heuristics_pick():
 
 @pytest.mark.parametrize("config", registry.variants("sm_80")["prepost"], ids=str)
 def test_every_bwd_prepost_config_fits_both_targets(config):
-    kernel = FlashAttentionBackwardPreprocess if isinstance(config, BwdPreConfig) else FlashAttentionBackwardPostprocess
+    kernels = {BwdPreConfig: FlashAttentionBackwardPreprocess, BwdPostConfig: FlashAttentionBackwardPostprocess}
+    kernel = kernels.get(type(config), SplitKvCombine)
     for arch in ("sm_80", "sm_90a"):
         assert kernel.can_implement(config, arch) is None
 
@@ -124,6 +132,8 @@ def test_bwd_prepost_kernels_refuse_what_the_copy_cannot_tile():
     assert "2048 threads" in FlashAttentionBackwardPostprocess.can_implement(warps, "sm_90a")
     dtype = dataclasses.replace(bwd_post_config(64, "float16"), dtype="float32")
     assert "float32" in FlashAttentionBackwardPostprocess.can_implement(dtype, "sm_80")
+    dtype = dataclasses.replace(combine_config(64, "float16"), dtype="float32")
+    assert "float32" in SplitKvCombine.can_implement(dtype, "sm_90a")
 
 
 @pytest.mark.parametrize("config", SM90["sm90-bwd"], ids=str)
