@@ -11,9 +11,9 @@ from flashcute.bench.results import Results, Row, backend_names, by_group
 def plot_group(rows: list[Row], title: str, colors: dict[str, str], path: Path) -> None:
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed (Agg)
 
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
-    ax = fig.add_subplot()
     shapes = list(dict.fromkeys(row.shape for row in rows))
+    fig = Figure(figsize=(max(7.0, 1.1 * len(shapes)), 4.5), layout="constrained")  # room for a column's label
+    ax = fig.add_subplot()
     by_shape = any(shape.packed or shape.decode for shape in shapes)
     x: dict[Shape, float] = {shape: i if by_shape else shape.seqlen for i, shape in enumerate(shapes)}
     for backend in backend_names(rows):
@@ -47,11 +47,12 @@ def plot_group(rows: list[Row], title: str, colors: dict[str, str], path: Path) 
 
 
 def _tick(shape: Shape) -> str:
-    """A column's label: "L=packed 16..48\nB=3"; a decode shape's "Lq=1 Lk=32k\nB=8 page 64"."""
+    """A column's label: "L=packed 16..48\nB=3"; a decode shape's "Lq=1\nLk=32k\nB=8\npage 64", a field a line."""
     if not shape.decode:
         return f"L={shape.length_label}\nB={shape.batch}"
-    page = f" page {shape.page_size}" if shape.paged else ""
-    return f"{shape.length_label}\nB={shape.batch}{page}{' causal' if shape.causal else ''}"
+    lines = [*shape.length_label.split(" "), f"B={shape.batch}"]
+    lines += [f"page {shape.page_size}"] if shape.paged else []
+    return "\n".join(lines + (["causal"] if shape.causal else []))
 
 
 def write_plots(results: Results, out_dir: Path) -> list[Path]:
