@@ -138,8 +138,11 @@ def flash_attn_with_kvcache(
         registry.pick(q.device, kernel)  # an unknown or unavailable name fails before the cache is written
     batch, seqlen_q, nheads, headdim = q.shape
     nheads_k, capacity, device = k_cache.shape[2], args.capacity, q.device
-    if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
-        cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=device)
+    if cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor):
+        filled = None
+    else:  # one length for every sequence: its keys' end is the same constant at every such call
+        filled = int(cache_seqlens)
+        cache_seqlens = splitkv.filled(batch, filled, device)
 
     if k is not None:
         new_positions = cache_seqlens[:, None] + torch.arange(args.seqlen_new, device=device)  # (batch, seqlen_new)
@@ -157,8 +160,8 @@ def flash_attn_with_kvcache(
             v_cache.index_put_(slots, v)
 
     # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0).
-    if cache_seqlens is None:
-        end = torch.full((batch,), capacity, dtype=torch.int32, device=device)
+    if cache_seqlens is None or filled is not None:
+        end = splitkv.filled(batch, capacity if filled is None else min(filled + args.seqlen_new, capacity), device)
     else:
         end = (cache_seqlens + args.seqlen_new).clamp(0, capacity)
     start = None if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), end)

@@ -84,6 +84,8 @@ class SplitPlan:
         first_key[b] .. first_key[b] + key_count[b] - 1 (int32 (batch,), key_count[b] <= max_keys) of the
         ``key_rows`` rows of keys; a chunk past the keys is empty and starts at their end, so the starts stay in
         order."""
+        if self.splits == 1:  # the keys as they are
+            return F.pad(first_key, (0, 1), value=key_rows), key_count
         offsets = self._offsets
         if offsets is None:
             offsets = torch.arange(0, self.splits * self.chunk, self.chunk, dtype=torch.int32, device=self.device)
@@ -142,21 +144,30 @@ def plan(batch: int, seqlen_q: int, nheads: int, nheads_k: int, max_keys: int, s
     return SplitPlan(batch, seqlen_q, nheads, nheads_k, max_keys, splits, device)
 
 
-_row_starts: dict[tuple, torch.Tensor] = {}
+_constants: dict[tuple, torch.Tensor] = {}
 
 
 def row_starts(batch: int, rows: int, device) -> torch.Tensor:
-    """int32 (batch,): b * rows, where sequence b starts in a (batch * rows, ...) view of a batch; made once per
-    (batch, rows, device)."""
-    key = (batch, rows, device)
-    starts = _row_starts.get(key)
-    if starts is None:
-        starts = torch.arange(0, batch * rows, rows, dtype=torch.int32, device=device)
-        if _kept(starts) is not None:
-            if len(_row_starts) >= 256:  # a program has a few cache shapes; one that changes every call starts over
-                _row_starts.clear()
-            _row_starts[key] = starts
-    return starts
+    """int32 (batch,): b * rows, where sequence b starts in a (batch * rows, ...) view of a batch."""
+    return _constant(("row_starts", batch, rows, device), lambda: torch.arange(0, batch * rows, rows, device=device))
+
+
+def filled(batch: int, value: int, device) -> torch.Tensor:
+    """int32 (batch,) of ``value``: a length every sequence shares. Read only, as row_starts'."""
+    return _constant(("filled", batch, value, device), lambda: torch.full((batch,), value, device=device))
+
+
+def _constant(key: tuple, make) -> torch.Tensor:
+    """The int32 tensor ``make()`` gives, made once per key (not kept while a CUDA graph is captured); callers
+    never write it."""
+    t = _constants.get(key)
+    if t is None:
+        t = make().to(torch.int32)
+        if _kept(t) is not None:
+            if len(_constants) >= 256:  # a program has a few cache shapes; one that changes every call starts over
+                _constants.clear()
+            _constants[key] = t
+    return t
 
 
 def _kept(t: torch.Tensor) -> torch.Tensor | None:
