@@ -74,26 +74,29 @@ def _varlen_arguments(shape: Shape) -> dict[str, torch.Tensor | int]:
     return {"cu_seqlens_q": starts, "cu_seqlens_k": starts, "max_seqlen_q": shape.seqlen, "max_seqlen_k": shape.seqlen}
 
 
-def _dense_only(
-    why: str, supports: Callable[[Shape, str], str | None] = _supports_all
+def _refusing(
+    what: str, refused: Callable[[Shape], bool], why: str, supports: Callable[[Shape, str], str | None] = _supports_all
 ) -> Callable[[Shape, str], str | None]:
-    """`supports` for a backend that does not run packed shapes (``why`` not), and otherwise asks ``supports``."""
+    """`supports` for a backend that does not run the shapes ``refused`` picks ("no <what>: <why>"), and otherwise
+    asks ``supports``."""
 
-    def dense_only(shape: Shape, pass_: str) -> str | None:
-        return f"no packed variable-length batches: {why}" if shape.packed else supports(shape, pass_)
+    def refusing(shape: Shape, pass_: str) -> str | None:
+        return f"no {what}: {why}" if refused(shape) else supports(shape, pass_)
 
-    return dense_only
+    return refusing
 
 
-def _contiguous_only(
-    why: str, supports: Callable[[Shape, str], str | None] = _supports_all
-) -> Callable[[Shape, str], str | None]:
-    """`supports` for a backend that does not read a paged cache (``why`` not), and otherwise asks ``supports``."""
+Supports = Callable[[Shape, str], str | None]
 
-    def contiguous_only(shape: Shape, pass_: str) -> str | None:
-        return f"no paged KV cache: {why}" if shape.paged else supports(shape, pass_)
 
-    return contiguous_only
+def _dense_only(why: str, supports: Supports = _supports_all) -> Supports:
+    """Refuses packed variable-length batches."""
+    return _refusing("packed variable-length batches", lambda shape: shape.packed, why, supports)
+
+
+def _contiguous_only(why: str, supports: Supports = _supports_all) -> Supports:
+    """Refuses paged KV caches."""
+    return _refusing("paged KV cache", lambda shape: shape.paged, why, supports)
 
 
 def _heads_first(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
