@@ -25,14 +25,7 @@ __all__ = [
     "pad_input",
     "unpad_input",
 ]
-_API = {
-    "available_kernels",
-    "flash_attn_func",
-    "flash_attn_varlen_func",
-    "flash_attn_with_kvcache",
-    "pad_input",
-    "unpad_input",
-}
+_API = set(__all__) - {"__version__"}  # imported on first use (__getattr__)
 # The modules of the names in _API that do not come from flashcute.interface
 _MODULES = {
     "flash_attn_with_kvcache": "flashcute.kvcache",

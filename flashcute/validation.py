@@ -85,7 +85,6 @@ def validate_attention_args(
     Raises TypeError for a value of the wrong type and ValueError for a value out of range.
     """
     (batch, seqlen_q, nheads, headdim), (_, seqlen_k, nheads_k, _) = _check_shapes(q, k, v)
-    window_left, window_right = _check_window(window_size)
     return AttentionArgs(
         batch=batch,
         seqlen_q=seqlen_q,
@@ -93,13 +92,22 @@ def validate_attention_args(
         nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
-        softmax_scale=_check_scale(softmax_scale, headdim),
-        causal=_check_causal(causal),
         causal_align=_check_causal_align(causal_align),
-        window_left=window_left,
-        window_right=0 if causal else window_right,
-        softcap=_check_softcap(softcap),
+        **_score_options(headdim, softmax_scale, causal, window_size, softcap),
     )
+
+
+def _score_options(headdim: int, softmax_scale: Any, causal: Any, window_size: Any, softcap: Any) -> dict[str, Any]:
+    """softmax_scale, causal, window_left, window_right and softcap checked and resolved (None scale: 1/sqrt(headdim);
+    causal folded into window_right = 0), as every entry's args take them."""
+    window_left, window_right = _check_window(window_size)
+    return {
+        "softmax_scale": _check_scale(softmax_scale, headdim),
+        "causal": _check_causal(causal),
+        "window_left": window_left,
+        "window_right": 0 if causal else window_right,
+        "softcap": _check_softcap(softcap),
+    }
 
 
 @dataclass(frozen=True)
@@ -167,7 +175,6 @@ def validate_varlen_args(
     for name, used in (("seqused_q", seqused_q), ("seqused_k", seqused_k)):
         if used is not None:
             _check_int32_vector(name, used, q, batch, "(batch,)")
-    window_left, window_right = _check_window(window_size)
     return VarlenArgs(
         batch=batch,
         total_q=total_q,
@@ -177,11 +184,7 @@ def validate_varlen_args(
         nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
-        softmax_scale=_check_scale(softmax_scale, headdim),
-        causal=_check_causal(causal),
-        window_left=window_left,
-        window_right=0 if causal else window_right,
-        softcap=_check_softcap(softcap),
+        **_score_options(headdim, softmax_scale, causal, window_size, softcap),
     )
 
 
@@ -214,9 +217,8 @@ def validate_varlen_values(args: VarlenArgs, cu_seqlens_q: Any, cu_seqlens_k: An
             raise ValueError(f"{longest_name} ({longest}) is smaller than sequence {b}'s length {lengths[b]}")
 
 
-def _check_int32_vector(name: str, t: Any, q: Any, size: int | None, layout: str) -> int:
-    """``t``'s length, after checking it is a contiguous int32 vector on q's device of ``size`` entries (None: at
-    least one)."""
+def _check_int32_tensor(name: str, t: Any, q: Any, layout: str) -> None:
+    """Check ``t`` is an int32 torch.Tensor on q's device (``layout`` names its shape in the message)."""
     import torch
 
     if not isinstance(t, torch.Tensor):
@@ -225,6 +227,12 @@ def _check_int32_vector(name: str, t: Any, q: Any, size: int | None, layout: str
         raise TypeError(f"{name} must have dtype int32, got {t.dtype}")
     if t.device != q.device:
         raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
+
+
+def _check_int32_vector(name: str, t: Any, q: Any, size: int | None, layout: str) -> int:
+    """``t``'s length, after checking it is a contiguous int32 vector on q's device of ``size`` entries (None: at
+    least one)."""
+    _check_int32_tensor(name, t, q, layout)
     if t.dim() != 1 or (t.shape[0] != size if size is not None else t.shape[0] < 1):
         wanted = f"{layout} = ({size},)" if size is not None else f"{layout} with at least one entry"
         raise ValueError(f"{name} must have shape {wanted}, got {tuple(t.shape)}")
@@ -533,7 +541,6 @@ def validate_kvcache_args(
         raise (ValueError if _is_int(num_splits) else TypeError)(
             f"num_splits must be an int >= 0 (0 = the implementation's choice), got {num_splits!r}"
         )
-    window_left, window_right = _check_window(window_size)
     attention = AttentionArgs(
         batch=batch,
         seqlen_q=seqlen_q,
@@ -541,12 +548,8 @@ def validate_kvcache_args(
         nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
-        softmax_scale=_check_scale(softmax_scale, headdim),
-        causal=_check_causal(causal),
         causal_align="bottom_right",
-        window_left=window_left,
-        window_right=0 if causal else window_right,
-        softcap=_check_softcap(softcap),
+        **_score_options(headdim, softmax_scale, causal, window_size, softcap),
     )
     return KvcacheArgs(attention, seqlen_new, rows if paged else None, rotary_dim)
 
@@ -554,15 +557,8 @@ def validate_kvcache_args(
 def _check_block_table(block_table: Any, q: torch.Tensor, batch: int) -> int:
     """The pages per sequence (block_table.shape[1]) after checking block_table is an int32 (batch, pages) tensor
     on q's device."""
-    import torch
-
     layout = f"(batch, max_num_blocks_per_seq) = ({batch}, max_num_blocks_per_seq)"
-    if not isinstance(block_table, torch.Tensor):
-        raise TypeError(f"block_table must be an int32 torch.Tensor {layout}, got {type(block_table).__name__}")
-    if block_table.dtype != torch.int32:
-        raise TypeError(f"block_table must have dtype int32, got {block_table.dtype}")
-    if block_table.device != q.device:
-        raise ValueError(f"block_table must be on q's device ({q.device}), got {block_table.device}")
+    _check_int32_tensor("block_table", block_table, q, layout)
     if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] < 1:
         raise ValueError(
             f"block_table must have shape {layout} with at least one page per sequence, got {tuple(block_table.shape)}"
