@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print one row per variant; 1 if any variant failed to compile, else 0 (spills are reported, not failed)."""
     from flashcute.kernels import registry
-    from flashcute.kernels.common.limits import in_packed_sample
+    from flashcute.kernels.common.limits import in_sample
     from flashcute.kernels.sass import inspect_variants
 
     variants = [
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         for name, group in registry.variants(arch, args.exact_only).items()
         for config in group
         if args.headdim is None or config.head_dim_padded in args.headdim
-        if not name.endswith("-packed") or in_packed_sample(config)
+        if in_sample(name, config)
     ]
     print(f"compiling {len(variants)} variants with {args.jobs} processes ...", flush=True)
     start = time.perf_counter()

@@ -16,7 +16,7 @@ import torch
 
 from flashcute import splitkv
 from flashcute.kernels import registry
-from flashcute.kernels.launch import dtype_name, num_sms
+from flashcute.kernels.launch import DENSE, dtype_name, num_sms
 from flashcute.validation import (
     AttentionArgs,
     validate_attention_args,
@@ -51,13 +51,17 @@ def launch_fwd(
     window_left: int,
     window_right: int,
     kernel: str = "auto",
+    softcap: float = 0.0,
 ) -> None:
     """Launch a forward kernel ("auto": the fastest family the device runs) into given outputs (validated inputs
-    only; tests use it to poison outputs)."""
+    only; tests use it to poison outputs); ``softcap`` > 0 caps the scores."""
     name = None if kernel == "auto" else kernel
-    launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, name)
+    capped = softcap > 0
+    launch = registry.forward_launcher(
+        q.device, dtype_name(q), q.shape[-1], window_left, window_right, name, softcap=capped
+    )
     validate_pointers(q=q, k=k, v=v)
-    launch(q, k, v, out, lse, softmax_scale, diag_offset)
+    launch(q, k, v, out, lse, softmax_scale, diag_offset, DENSE, softcap)
 
 
 def _aligned_grad(dout: torch.Tensor) -> torch.Tensor:
@@ -81,9 +85,11 @@ def launch_bwd(
     window_right: int,
     deterministic: bool,
     kernel: str = "auto",
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The backward pass; returns (dq, dk, dv) shaped like q, k, v. ``kernel`` as in launch_fwd; a family whose
-    backward does not cover the head dim or the deterministic mode hands it to the next one the device runs.
+    """The backward pass; returns (dq, dk, dv) shaped like q, k, v. ``kernel`` and ``softcap`` as in launch_fwd; a
+    family whose backward does not cover the head dim or the deterministic mode hands it to the next one the device
+    runs.
 
     dQ is added across K/V tiles by fp32 atomics (or TMA reduce-adds) by default; ``deterministic`` computes it in
     a kernel that adds in a fixed order, bitwise reproducible."""
@@ -91,12 +97,12 @@ def launch_bwd(
     family = registry.backward_family(q.device, None if kernel == "auto" else kernel, q.shape[-1], deterministic)
     validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    return family.backward(dout, q, k, v, out, lse, *scalars, deterministic)
+    return family.backward(dout, q, k, v, out, lse, *scalars, deterministic, softcap=softcap)
 
 
 def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse), newly allocated, from the forward kernel (validated inputs only); ``options`` are launch_fwd's
-    after lse: softmax_scale, diag_offset, window_left, window_right, kernel."""
+    after lse: softmax_scale, diag_offset, window_left, window_right, kernel, softcap."""
     batch, seqlen_q, nheads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
@@ -133,13 +139,14 @@ def _grads_fake(dout, q, k, v, *rest):
 
 _define_op(
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, SymInt diag_offset, SymInt window_left, "
-    "SymInt window_right, str kernel) -> (Tensor, Tensor)",
+    "SymInt window_right, str kernel, float softcap=0.) -> (Tensor, Tensor)",
     forward_outputs,
     _fwd_fake,
 )
 _define_op(
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, SymInt diag_offset, "
-    "SymInt window_left, SymInt window_right, bool deterministic, str kernel) -> (Tensor, Tensor, Tensor)",
+    "SymInt window_left, SymInt window_right, bool deterministic, str kernel, float softcap=0.) -> (Tensor, Tensor, "
+    "Tensor)",
     launch_bwd,
     _grads_fake,
 )
@@ -152,13 +159,13 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, options):
-        """``options``: softmax_scale, diag_offset, window_left, window_right, kernel, deterministic, in one tuple
-        (apply looks at each argument it is given: one tuple costs it less than six)."""
+        """``options``: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, deterministic, in one
+        tuple (apply looks at each argument it is given: one tuple costs it less than seven)."""
         scalars, deterministic = options[:-1], options[-1]
         forward = _OPS.fwd.default if torch.compiler.is_compiling() else forward_outputs
         out, lse = forward(q, k, v, *scalars)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.scalars = (*scalars[:4], deterministic, scalars[4])  # launch_bwd's order
+        ctx.scalars = (*scalars[:4], deterministic, *scalars[4:])  # launch_bwd's order
         ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
         return out, lse
 
@@ -194,7 +201,9 @@ def flash_attn_func(
     softmax_scale defaults to 1/sqrt(headdim). causal=True masks keys j > i + seqlen_k - seqlen_q (bottom-right,
     flash_attn's convention) or, with causal_align="top_left", keys j > i (the seed's rule). window_size=(left,
     right) keeps keys within [i + offset - left, i + offset + right]; -1 means unbounded. A query that sees no key
-    gets O = 0 and LSE = -inf. Returns out (batch, seqlen_q, nheads, headdim), and with return_lse also
+    gets O = 0 and LSE = -inf. softcap > 0 caps each score (Gemma 2): softcap * tanh(score / softcap) takes the
+    place of score = softmax_scale * q.k before the mask and the softmax; 0 (the default) leaves scores as they are.
+    Returns out (batch, seqlen_q, nheads, headdim), and with return_lse also
     lse (batch, nheads, seqlen_q), float32, natural log (not differentiable). The backward adds dQ with fp32
     atomics by default; ``deterministic=True`` computes dQ in a separate kernel that adds in a fixed order, so
     gradients are bitwise reproducible (slower). The forward is deterministic either way.
@@ -228,8 +237,8 @@ def flash_attn_func(
 
 class CallPlan:
     """What one signature of flash_attn_func decides, once: the validated arguments resolved to the kernels'
-    scalars (softmax_scale, diag_offset, window_left, window_right, kernel), whether the inputs need new strides
-    (validate_cuda_inputs' row views) or a cast (autocast), so that a repeated call only looks its plan up."""
+    scalars (softmax_scale, diag_offset, window_left, window_right, kernel, softcap), whether the inputs need new
+    strides (validate_cuda_inputs' row views) or a cast (autocast), so that a repeated call only looks its plan up."""
 
     __slots__ = ("args", "casts", "key_range", "restrides", "scalars", "split")
 
@@ -300,7 +309,7 @@ def _plan(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, ke
     if kernel is not None and not isinstance(kernel, str):
         raise TypeError(f"kernel must be a str or None, got {kernel!r}")
     restrides = any(new is not old for new, old in zip(ready, (q, k, v), strict=True))
-    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args), kernel or "auto")
+    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args), kernel or "auto", args.softcap)
     return CallPlan(args, scalars, restrides, casts, _split_key_range(args, *ready))
 
 
@@ -340,7 +349,7 @@ def _split_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: CallPlan)
         if not torch.cuda.is_current_stream_capturing():  # else the graph's memory pool holds them
             plan.split = split
     how, chunks = split
-    return how.attention(q, *_rows(k, v, batch * seqlen_k), chunks, args.softmax_scale, plan.scalars[4])
+    return how.attention(q, *_rows(k, v, batch * seqlen_k), chunks, args.softmax_scale, *plan.scalars[4:])
 
 
 def _rows(k: torch.Tensor, v: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -365,6 +374,7 @@ def varlen_outputs(
     window_left: int,
     window_right: int,
     kernel: str,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (total_q, nheads, headdim), lse (nheads, total_q)) of a packed batch (validated inputs only). Rows that
     no sequence counts (past seqused_q) are O = 0, LSE = -inf, as are rows whose sequence has no key."""
@@ -378,12 +388,12 @@ def varlen_outputs(
         return out, lse
     if k.shape[0] == 0 or max_seqlen_k == 0:  # no sequence has a key
         return out.zero_(), lse.fill_(-math.inf)
-    launch = registry.forward_launcher(
-        q.device, dtype_name(q), q.shape[-1], window_left, window_right, None if kernel == "auto" else kernel, True
-    )
+    name = None if kernel == "auto" else kernel
+    window = (window_left, window_right)
+    launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], *window, name, True, softcap > 0)
     validate_pointers(q=q, k=k, v=v)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
-    launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed)
+    launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed, softcap)
     return out, lse
 
 
@@ -413,6 +423,7 @@ def launch_varlen_bwd(
     window_right: int,
     deterministic: bool,
     kernel: str,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of a packed batch: (dq, dk, dv) shaped like q, k, v; rows outside every sequence get 0."""
     if q.shape[0] == 0 or k.shape[0] == 0 or cu_seqlens_q.shape[0] == 1 or 0 in (max_seqlen_q, max_seqlen_k):
@@ -423,7 +434,7 @@ def launch_varlen_bwd(
     validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     tensors = (t[None] for t in (dout, q, k, v, out, lse))
-    grads = family.backward(*tensors, softmax_scale, 0, window_left, window_right, deterministic, packed)
+    grads = family.backward(*tensors, softmax_scale, 0, window_left, window_right, deterministic, packed, softcap)
     return tuple(g[0] for g in grads)
 
 
@@ -435,14 +446,14 @@ def _varlen_fwd_fake(q, k, v, *options):
 _SEQUENCES = "Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor? seqused_q, Tensor? seqused_k"
 _define_op(
     f"varlen_fwd(Tensor q, Tensor k, Tensor v, {_SEQUENCES}, SymInt max_seqlen_q, SymInt max_seqlen_k, "
-    "float softmax_scale, SymInt window_left, SymInt window_right, str kernel) -> (Tensor, Tensor)",
+    "float softmax_scale, SymInt window_left, SymInt window_right, str kernel, float softcap=0.) -> (Tensor, Tensor)",
     varlen_outputs,
     _varlen_fwd_fake,
 )
 _define_op(
     f"varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_SEQUENCES}, "
     "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, SymInt window_left, SymInt window_right, "
-    "bool deterministic, str kernel) -> (Tensor, Tensor, Tensor)",
+    "bool deterministic, str kernel, float softcap=0.) -> (Tensor, Tensor, Tensor)",
     launch_varlen_bwd,
     _grads_fake,
 )
@@ -454,12 +465,12 @@ class FlashAttentionVarlen(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, sequences, options):
         """``sequences``: (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k); ``options``: max_seqlen_q,
-        max_seqlen_k, softmax_scale, window_left, window_right, kernel, deterministic."""
+        max_seqlen_k, softmax_scale, window_left, window_right, kernel, softcap, deterministic."""
         scalars, deterministic = options[:-1], options[-1]
         forward = _OPS.varlen_fwd.default if torch.compiler.is_compiling() else varlen_outputs
         out, lse = forward(q, k, v, *sequences, *scalars)
         ctx.save_for_backward(q, k, v, out, lse, *sequences)
-        ctx.scalars = (*scalars[:5], deterministic, scalars[5])  # launch_varlen_bwd's order
+        ctx.scalars = (*scalars[:5], deterministic, *scalars[5:])  # launch_varlen_bwd's order
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -496,9 +507,9 @@ def flash_attn_varlen_func(
     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b + 1] of k and v (int32
     (batch + 1,) tensors on q's device, starting at 0); seqused_q / seqused_k (batch,) int32 limit each to its
     first tokens. max_seqlen_q / max_seqlen_k must be at least every sequence's length (they size the launch).
-    Sequences of length 0 are allowed anywhere. causal, window_size and softmax_scale as in flash_attn_func, with
-    each sequence's diagonal aligned bottom-right (key j of a sequence is aligned with its query
-    i + seqlen_k - seqlen_q). Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q)
+    Sequences of length 0 are allowed anywhere. causal, window_size, softcap and softmax_scale as in
+    flash_attn_func, with each sequence's diagonal aligned bottom-right (key j of a sequence is aligned with its
+    query i + seqlen_k - seqlen_q). Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q)
     float32; rows past a seqused_q get O = 0 and LSE = -inf. ``validate=True`` also checks the sequence tensors'
     values (a host sync: off by default so that the call stays asynchronous and graph-capturable).
     """
@@ -530,11 +541,12 @@ def flash_attn_varlen_func(
     span = args.max_seqlen_q + args.max_seqlen_k  # a window side this wide hides no key (kernel_window)
     window = tuple(-1 if side >= span else side for side in (args.window_left, args.window_right))
     sequences = (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
-    options = (args.max_seqlen_q, args.max_seqlen_k, args.softmax_scale, *window, kernel or "auto", deterministic)
+    scalars = (args.max_seqlen_q, args.max_seqlen_k, args.softmax_scale, *window, kernel or "auto", args.softcap)
+    options = (*scalars, deterministic)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = FlashAttentionVarlen.apply(q, k, v, sequences, options)
     elif torch.compiler.is_compiling():
-        out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *options[:-1])
+        out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars)
     else:
-        out, lse = varlen_outputs(q, k, v, *sequences, *options[:-1])
+        out, lse = varlen_outputs(q, k, v, *sequences, *scalars)
     return (out, lse) if return_lse else out

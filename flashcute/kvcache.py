@@ -102,7 +102,7 @@ def flash_attn_with_kvcache(
     the query heads of a kv head share its tiles, and each sequence's keys are cut into ``num_splits`` chunks
     walked by thread blocks of their own (0: a heuristic from the batch, heads, capacity and SM count; 1: no
     split), merged in fp32. Several query rows under a mask run as one packed launch, whatever num_splits says.
-    softcap must be 0 (the kernels' rule, the same error as flash_attn_varlen_func). ``kernel`` picks a kernel
+    softcap > 0 caps the scores, softcap * tanh(score / softcap), as in flash_attn_func. ``kernel`` picks a kernel
     family by name, as in flash_attn_func.
 
     No device value is read on the host: with tensor cache_seqlens a whole step (write and attention) can be
@@ -185,7 +185,7 @@ def flash_attn_with_kvcache(
             chunks = split.key_chunks(first_rows, end, batch * capacity)
         else:
             chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
-        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name)
+        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap)
         return (out, lse) if return_lse else out
 
     if start is None:
@@ -201,6 +201,7 @@ def flash_attn_with_kvcache(
         a.softmax_scale,
         *interface.kernel_window(a),
         name,
+        a.softcap,
     )
     out = out.view(batch, seqlen_q, nheads, headdim)
     if not return_lse:

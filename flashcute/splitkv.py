@@ -102,9 +102,11 @@ class SplitPlan:
         key_chunks: tuple[torch.Tensor, torch.Tensor],
         softmax_scale: float,
         kernel: str,
+        softcap: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Unmasked attention of q (batch, seqlen_q, nheads, headdim) to the rows of keys and values (rows,
-        nheads_k, headdim) that ``key_chunks`` name, ``kernel`` a family name or "auto". Returns out (batch,
+        nheads_k, headdim) that ``key_chunks`` name, ``kernel`` a family name or "auto", scores capped by
+        ``softcap`` (> 0). Returns out (batch,
         seqlen_q, nheads, headdim) and lse (batch, nheads, seqlen_q) float32; a query with no key gets O = 0 and
         LSE = -inf. Validated inputs only (the callers' checks)."""
         from flashcute.interface import varlen_outputs
@@ -126,7 +128,7 @@ class SplitPlan:
         cu_seqlens_k, key_used = key_chunks
         partial_out, partial_lse = varlen_outputs(
             queries, keys, values, cu_seqlens_q, cu_seqlens_k, None, key_used, rows, self.chunk, softmax_scale, -1,
-            -1, kernel,
+            -1, kernel, softcap,
         )  # fmt: skip
         prepost.combine(
             partial_out.view(batch, splits, rows, nheads_k, headdim),

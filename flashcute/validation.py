@@ -389,8 +389,6 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
     if args.headdim % 8 != 0 or args.headdim > KERNEL_MAX_HEADDIM:
         raise ValueError(f"headdim must be a multiple of 8 up to {KERNEL_MAX_HEADDIM}, got {args.headdim}")
-    if args.softcap != 0.0:
-        raise ValueError(f"softcap={args.softcap} is not supported by flashcute's CUDA kernels yet (allowed: 0.0)")
     return tuple(_aligned_rows(name, t) for name, t in tensors.items())
 
 
@@ -659,7 +657,7 @@ def validate_kvcache_kernel_inputs(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, args: KvcacheArgs
 ) -> None:
     """What the CUDA kernels need of the tensors they may read where they lie (16-byte aligned rows, CUDA fp16 /
-    bf16, head dim, softcap 0), checked before the cache is written, so that a call they cannot run changes
+    bf16, head dim), checked before the cache is written, so that a call they cannot run changes
     nothing."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _aligned_rows(name, t)

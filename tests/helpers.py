@@ -133,9 +133,9 @@ class GpuCase:
 def random_gpu_cases(seed: int, count: int, max_seqlen: int, max_elements: int = 2**24) -> list[GpuCase]:
     """``count`` random calls that the fixed test grids do not pin down: seqlens from 1 to max_seqlen (half of them
     near a multiple of 64 or 128, the tile edges), any head dim that is a multiple of 8 up to 256, GQA groups of 1
-    to 4, bottom-right or top-left causal, random windows, random softmax scales, q as a strided slice; batch x
-    seqlen x heads x head_dim of q kept under ``max_elements``. FLASHCUTE_TEST_SEED=N (an integer) draws another
-    set: the seed becomes seed + N (the default set is N = 0)."""
+    to 4, bottom-right or top-left causal, random windows, random softmax scales and softcaps, q as a strided
+    slice; batch x seqlen x heads x head_dim of q kept under ``max_elements``. FLASHCUTE_TEST_SEED=N (an integer)
+    draws another set: the seed becomes seed + N (the default set is N = 0)."""
     rng = random.Random(seed + int(os.environ.get("FLASHCUTE_TEST_SEED", "0")))
 
     def seqlen() -> int:
@@ -157,6 +157,8 @@ def random_gpu_cases(seed: int, count: int, max_seqlen: int, max_elements: int =
             options["causal_align"] = "top_left"
         if rng.random() < 0.3:
             options["softmax_scale"] = round(rng.uniform(0.02, 0.5), 3)
+        if rng.random() < 0.2:
+            options["softcap"] = rng.choice((1.0, 8.0, 30.0))
         case = GpuCase(
             batch=rng.randint(1, 3),
             seqlen_q=seqlen(),

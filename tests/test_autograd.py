@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from flashcute.interface import flash_attn_func
@@ -89,10 +90,11 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
     monkeypatch.setattr(interface, "launch_fwd", fake_fwd)
     monkeypatch.setattr(interface, "launch_bwd", fake_bwd)
     q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
-    out = flash_attn_func(q, k, v, causal=True, softmax_scale=0.5)
+    out = flash_attn_func(q, k, v, causal=True, softmax_scale=0.5, softcap=3.0)
     assert type(out.grad_fn).__name__ == "FlashAttentionBackward"
     out.float().sum().backward()
-    assert calls == [("fwd", (0.5, 96 - 128, -1, 0, "auto")), ("bwd", (0.5, 96 - 128, -1, 0, False, "auto"))]
+    expected = [("fwd", (0.5, 96 - 128, -1, 0, "auto", 3.0)), ("bwd", (0.5, 96 - 128, -1, 0, False, "auto", 3.0))]
+    assert calls == expected
     assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))
     assert torch.equal(v.grad, torch.zeros_like(v))
 
@@ -163,8 +165,8 @@ def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
     calls = stand_in_launches(monkeypatch)
     calls.clear()
 
-    def fake_bwd(dout, q, k, v, out, lse, *scalars):
-        calls.append(("bwd", scalars))
+    def fake_bwd(dout, q, k, v, out, lse, *scalars, softcap):
+        calls.append(("bwd", (*scalars, softcap)))
         return dout * 2, torch.ones_like(k), torch.zeros_like(v)
 
     family = SimpleNamespace(backward=fake_bwd)  # what launch_bwd, the op's implementation, launches
@@ -176,12 +178,12 @@ def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
         return graph_module.forward
 
     torch._dynamo.reset()
-    backend = torch._dynamo.backends.common.aot_autograd(fw_compiler=capture, bw_compiler=capture)
+    backend = aot_autograd(fw_compiler=capture, bw_compiler=capture)
     attend = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True, softmax_scale=0.5), backend=backend)
     q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
     attend(q, k, v).float().sum().backward()
     targets = [[n.target for n in g.graph.nodes if n.op == "call_function"] for g in graphs]
     assert [t.count(torch.ops.flashcute.fwd.default) for t in targets] == [1, 0]
     assert [t.count(torch.ops.flashcute.bwd.default) for t in targets] == [0, 1]
-    assert [c for c in calls if isinstance(c, tuple)] == [("bwd", (0.5, 96 - 128, -1, 0, False))]
+    assert [c for c in calls if isinstance(c, tuple)] == [("bwd", (0.5, 96 - 128, -1, 0, False, 0.0))]
     assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))

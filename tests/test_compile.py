@@ -23,12 +23,13 @@ import dataclasses
 import os
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 
 from flashcute import compile_cache
 from flashcute.kernels import registry
-from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MASK_NAMES, in_packed_sample
+from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MASK_NAMES, in_sample
 from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, CombineConfig
 from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants
 from flashcute.kernels.sm80.config import BwdConfig
@@ -43,30 +44,30 @@ PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for t
 
 def full_matrix() -> list[tuple[object, str]]:
     """Every (config, target): the heuristics' picks exact at every bucket and padded at PADDED_BUCKET, the
-    alternative tiles with E in place of S, and E in place of S at D=256 without a mask. Two groups are sampled:
-    the packed variable-length variants (in_packed_sample), and a family's variants on a target after its first
-    (the mma.sync family on sm_90a: in_later_target_sample). That keeps the matrix within CI's time."""
+    alternative tiles with E in place of S, and E in place of S at D=256 without a mask. Some groups are sampled:
+    the packed variable-length variants (in_sample), and more thinly the softcap variants and a family's variants
+    on a target after its first (the mma.sync family on sm_90a: one_per_bucket). That keeps the matrix within CI's
+    time."""
     variants = []
     for arch in ARCHS:
         exact = registry.variants(arch, exact_only=True)
         padded = registry.variants(arch, buckets=(PADDED_BUCKET,))
         for name in exact:
             family = name.split("-")[0]
-            if family in registry.FAMILIES and arch != registry.family(family).ARCHS[0]:
-                sampled = in_later_target_sample
-            else:
-                sampled = in_packed_sample if name.endswith("-packed") else None
-            variants += [(c, arch) for c in (*exact[name], *padded[name]) if sampled is None or sampled(c)]
+            later = family in registry.FAMILIES and arch != registry.family(family).ARCHS[0]
+            sampled = one_per_bucket if later or name.endswith("-softcap") else partial(in_sample, name)
+            variants += [(c, arch) for c in (*exact[name], *padded[name]) if sampled(c)]
     in_place = [c for c in alternative_tile_variants("sm90") if c.exp_in_place]
     in_place += [dataclasses.replace(sm90_fwd_config(256, dtype), exp_in_place=True) for dtype in DTYPES]
     variants += [(c, "sm_90a") for c in in_place]
     return list(dict.fromkeys(variants))
 
 
-def in_later_target_sample(config) -> bool:
-    """Whether the matrix builds this variant on a family's later target: one a head-dim bucket (exact and padded),
-    the masks and dtypes taken in turn. Its source is the one built for every dtype and mask on the family's first
-    target; only ptxas's schedule for the later one differs."""
+def one_per_bucket(config) -> bool:
+    """Whether the matrix builds this variant of a thinly sampled group: one a head-dim bucket (exact and padded),
+    the masks and dtypes taken in turn. A family's variants on its later target (their source is the one built for
+    every dtype and mask on its first target; only ptxas's schedule differs), and the softcap groups (the cap is one
+    step on the scores, the same at every tile)."""
     i = HEAD_DIM_BUCKETS.index(config.head_dim_padded)
     mask = list(MASK_NAMES).index((config.mask_right, config.mask_left))
     return mask == i % len(MASK_NAMES) and DTYPES.index(config.dtype) == i % len(DTYPES)
@@ -81,7 +82,8 @@ def representative() -> list[tuple[object, str]]:
         family = registry.family(name)
         kinds = family.variants(family.ARCHS[0], DTYPES, HEAD_DIM_BUCKETS, registry.MASK_VARIANTS, True)
         for kind in kinds:
-            for bucket in HEAD_DIM_BUCKETS:
+            # softcap is one step on the scores, whatever the tiles: its kinds at one bucket
+            for bucket in (PADDED_BUCKET,) if kind.endswith("-softcap") else HEAD_DIM_BUCKETS:
                 arch = family.ARCHS[draw % len(family.ARCHS)]
                 window = registry.MASK_VARIANTS[draw % len(registry.MASK_VARIANTS)]
                 dtype = DTYPES[draw // 2 % 2]
@@ -97,7 +99,7 @@ def representative() -> list[tuple[object, str]]:
     return list(dict.fromkeys(variants))
 
 
-ALL_VARIANTS = full_matrix()
+ALL_VARIANTS = list(dict.fromkeys(full_matrix() + representative()))  # the default set is part of the whole
 ALL_IDS = [f"{arch}-{config.label}" for config, arch in ALL_VARIANTS]
 VARIANTS = ALL_VARIANTS if os.environ.get("FLASHCUTE_COMPILE_ALL") == "1" else representative()
 IDS = [f"{arch}-{config.label}" for config, arch in VARIANTS]
@@ -136,7 +138,8 @@ _BWD = (
 _SM90_BWD = (
     "Hopper backward, 240 registers a consumer thread: dK and dV (2 x 64 fp32 at d128, 2 x 32 at d64), S^T and dP^T "
     "(2 x 32 at d128, 2 x 64 at d64 with 128-row Q tiles) and the dQ accumulator leave a few scalars (addresses, "
-    "loop counters) to spill: 8-104 bytes of stack, 6-90 spill instructions, most under masks. Measured on the H200 "
+    "loop counters) to spill: 8-112 bytes of stack (the most with softcap's derivative at d64), 6-90 spill "
+    "instructions, most under masks. Measured on the H200 "
     "at ed73b36 anyway: 1.23x-1.54x SDPA flash's backward (docs/tuning-sm90.md, Backward tiles)"
 )
 _D256 = (
@@ -157,6 +160,11 @@ _PACKED_MMA_SYNC = (
     "seqlen.py) and the per-row limits computed from them tip these over, 8-143 spill instructions; their speed is "
     "held by the benchmark (flashcute bench --varlen), not by this table"
 )
+_SOFTCAP_MMA_SYNC = (
+    "the mma.sync kernels with softcap, at the plain variants' tiles, which already use all 255 registers a thread "
+    "(most spill plain too): the cap's multiplier beside the scale and, in the backward, each row's LSE kept for the "
+    "cap's derivative (kernels/common/softcap.py) tip these over; their speed is the benchmark's to hold"
+)
 _PACKED_SM90_WIDE = (
     "Hopper forward at head dims 192 and 256 for packed batches: as _SM90_D256_CLAIMS, with a sequence's offsets and "
     "lengths beside the claimed index in the per-tile code: 5-35 spill instructions outside the K/V step loops"
@@ -171,6 +179,22 @@ def _built(names) -> list[str]:
 
 
 KNOWN_SPILLS: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "sm_80-bfloat16-d128-128x64w4s2-lazy8-both-softcap",
+            "sm_80-bfloat16-d64-128x128w4s2-right-softcap",
+            "sm_80-bwd-float16-d192-64x64w8-nomask-softcap",
+            "sm_80-bwdnodq-float16-d128-64x128w8-nomask-softcap",
+            "sm_80-float16-d32-128x128w4s1-nomask-softcap",
+            "sm_80-float16-d96-128x64w4s1-left-softcap",
+            "sm_90a-bfloat16-d128-128x64w4s2-lazy8-both-softcap",
+            "sm_90a-bfloat16-d256-128x128w8s1-right-softcap",
+            "sm_90a-bfloat16-d64-128x128w4s2-right-softcap",
+            "sm_90a-bwdnodq-float16-d96-64x128w8-left-softcap",
+            "sm_90a-float16-d96-128x64w4s1-left-softcap",
+        ],
+        _SOFTCAP_MMA_SYNC,
+    ),
     **dict.fromkeys(
         [
             "sm_80-bfloat16-d128-128x64w4s1-lazy8-nomask-packed",
@@ -191,6 +215,11 @@ KNOWN_SPILLS: dict[str, str] = {
             "sm_80-float16-d64-128x128w4s2-right-packed",
             "sm_80-float16-d96-128x64w4s1-left-packed",
             "sm_80-float16-d96-128x64w4s1-nomask-packed",
+            "sm_90a-bfloat16-d256-128x128w8s1-left-packed",
+            "sm_90a-bfloat16-d64-128x128w4s2-left-packed",
+            "sm_90a-bwd-bfloat16-d128-64x128w8-left-packed",
+            "sm_90a-bwdnodq-float16-d128-64x128w8-right-packed",
+            "sm_90a-float16-d128-128x64w4s2-lazy8-right-packed",
         ],
         _PACKED_MMA_SYNC,
     ),
@@ -205,11 +234,12 @@ KNOWN_SPILLS: dict[str, str] = {
         _PACKED_SM90_WIDE,
     ),
     **dict.fromkeys(
-        [
-            f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}"
+        _built(
+            f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}{softcap}"
             for dtype in ("bfloat16", "float16")
             for mask in ("lazy8-nomask", "lazy8e-nomask", "lazy8e-left", "lazy8e-both", "lazy8e-right")
-        ],
+            for softcap in ("", "-softcap")
+        ),
         _SM90_D256_CLAIMS,
     ),
     **dict.fromkeys(
@@ -244,6 +274,7 @@ KNOWN_SPILLS: dict[str, str] = {
             "sm_80-bwdnodq-float16-d96-64x128w8-right",
             "sm_90a-bwd-bfloat16-d256-64x64w8-right",
             "sm_90a-bwdnodq-bfloat16-d128-64x128w8-both",
+            "sm_90a-bwdnodq-float16-d128-64x128w8-right",
         ],
         _BWD,
     ),
@@ -364,6 +395,8 @@ def report_of(reports: dict[str, SassReport | Exception], variant_id: str) -> Sa
 def test_sass_holds_the_algorithms_instructions(reports, config, arch: str):
     report = report_of(reports, f"{arch}-{config.label}")
     assert report.arch == arch  # the cubin is really for the target asked for
+    if hasattr(config, "softcap"):  # the cap's tanh (MUFU.TANH) in the variants that cap scores, and only there
+        assert (report.count("MUFU.TANH") > 0) == config.softcap, report.opcodes
     if isinstance(config, BwdPreConfig | BwdPostConfig):
         # O, dO and dQaccum are read 16 bytes a load; dQaccum (zeroed) and dQ written 16 bytes a store; D 4 bytes
         assert report.count("LDG.E.128") > 0 and report.count("LDG") == report.count("LDG.E.128"), report.opcodes

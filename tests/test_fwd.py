@@ -43,7 +43,8 @@ def run_poisoned(q, k, v, kernel, **options):
     q, k, v = validate_cuda_inputs(q, k, v, args)
     out = torch.full(q.shape, math.nan, dtype=q.dtype, device=q.device)
     lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device=q.device)
-    launch_fwd(q, k, v, out, lse, args.softmax_scale, args.diagonal_offset, *kernel_window(args), kernel)
+    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
+    launch_fwd(q, k, v, out, lse, *scalars, kernel, args.softcap)
     return out, lse
 
 

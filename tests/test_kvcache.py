@@ -34,7 +34,7 @@ class PackedLaunchStandIn:
 
     def __call__(
         self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-        window_left, window_right, kernel,
+        window_left, window_right, kernel, softcap=0.0,
     ):  # fmt: skip
         lengths = []
         for cu, used, rows, longest in (
@@ -50,7 +50,7 @@ class PackedLaunchStandIn:
         self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1]})
         out, lse = attention_varlen_ref(
             q, k, v, cu_seqlens_q, cu_seqlens_k, *(torch.tensor(n, dtype=torch.int32) for n in lengths),
-            softmax_scale, window_size=(window_left, window_right), return_lse=True,
+            softmax_scale, window_size=(window_left, window_right), softcap=softcap, return_lse=True,
         )  # fmt: skip
         return out.to(q.dtype), lse  # LSE kept in float64 (the kernels' is float32): the splits merge exactly
 
@@ -355,6 +355,7 @@ def cases(draw) -> Case:
         "window_size": window,
         "softmax_scale": draw(st.sampled_from([None, 0.7])),
         "num_splits": draw(st.sampled_from([0, 1, 3])),
+        "softcap": draw(st.sampled_from([0.0, 0.0, 2.5])),
     }
     return Case(
         layout=layout,

@@ -83,6 +83,8 @@ CASES = [
         "paged", 64, 5, seqlen_q=2, seqlen_new=2, nheads=4, leftpad=[0, 1, 64, 100], options={"window_size": (50, -1)}
     ),
     case("paged", 256, 3, seqlen_new=None, nheads_k=1),
+    case("batch", 1000, seqlen_new=None, options={"causal": True, "softcap": 5.0}),  # split-KV, capped scores
+    case("paged", 64, 5, seqlen_q=3, seqlen_new=3, nheads=4, options={"causal": True, "softcap": 1.5}),
     case(
         "paged",
         256,
@@ -132,7 +134,8 @@ def test_matches_the_spec(c, dtype):
         positions = [[n + (i if c.q_positions_per_row else 0) for i in range(c.seqlen_q)] for n in c.filled]
         rotated = rotate_plainly(on_cpu["q"], on_cpu["rotary_cos"], on_cpu["rotary_sin"], positions, c.rotary[1])
         queries = rotated.to(dtype).cuda()
-    options = {name: c.options[name] for name in ("causal", "window_size", "softmax_scale") if name in c.options}
+    names = ("causal", "window_size", "softmax_scale", "softcap")
+    options = {name: c.options[name] for name in names if name in c.options}
     for b in range(c.batch):
         keys_at = c.key_range(b)
         if not keys_at:
@@ -186,7 +189,6 @@ def test_a_captured_decode_step_replays_with_new_cache_seqlens():
 
 
 REFUSED = [
-    ({"softcap": 2.0}, ValueError, "softcap=2.0 is not supported by flashcute's CUDA kernels"),
     ({"dtype": torch.float32}, TypeError, "q must have dtype float16 or bfloat16, got torch.float32"),
     ({"headdim": 264}, ValueError, "headdim must be a multiple of 8 up to 256, got 264"),
     ({"cache_stride": 2}, ValueError, "k_cache must have a contiguous last dim (stride 1)"),
@@ -208,11 +210,6 @@ def test_a_call_the_kernels_cannot_run_writes_nothing(changes, error, message):
     k_cache, v_cache = randn(2, 16, 2, headdim * stride)[..., ::stride], randn(2, 16, 2, headdim)
     before = k_cache.clone(), v_cache.clone()
     seqlens = torch.tensor([3, 9], dtype=torch.int32, device="cuda")
-    softcap = changes.get("softcap", 0.0)
     with pytest.raises(error, match=re.escape(message)):
-        flashcute.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens, softcap=softcap)
+        flashcute.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
     assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
-    if softcap:  # the same error as flash_attn_varlen_func's
-        cu_seqlens = torch.arange(3, dtype=torch.int32, device="cuda")
-        with pytest.raises(error, match=re.escape(message)):
-            flashcute.flash_attn_varlen_func(q[:, 0], k[:, 0], v[:, 0], cu_seqlens, cu_seqlens, 1, 1, softcap=softcap)

@@ -90,6 +90,16 @@ class SymbolicProblem:
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=16)
 
 
+def optional_arguments(p: SymbolicProblem, config) -> tuple:
+    """What an attention kernel built for ``config`` takes behind the stream: a packed batch's arguments
+    (packed_batch; None for a dense batch, as launch.DENSE passes them) and, with ``config.softcap``, the cap."""
+    import cutlass
+
+    if not config.softcap:
+        return p.packed_batch() if config.packed else ()
+    return (*(p.packed_batch() if config.packed else (None,) * 6), cutlass.Float32(0.0))
+
+
 def compile_kernel(
     kernel, config, arch: str, dump_dir: Path | None, *tensors, scalars: tuple = ATTENTION_SCALARS, after: tuple = ()
 ):

@@ -3,8 +3,9 @@
 A family is a folder under kernels/ with a ``family`` module that provides NAME, ARCHS (the targets it is built for
 without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
 dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right,
-packed)`` (a ``launch(q, k, v, out, lse, softmax_scale, diag_offset[, packed_args])``), ``supports_backward(head_dim,
-deterministic, packed)`` and ``backward(...)``. Adding a family is one folder and one line in FAMILIES.
+packed, softcap=False)`` (a ``launch(q, k, v, out, lse, softmax_scale, diag_offset[, packed_args, softcap])``),
+``supports_backward(head_dim, deterministic, packed)`` and ``backward(..., deterministic, packed_args, softcap)``.
+Adding a family is one folder and one line in FAMILIES.
 """
 
 from __future__ import annotations
@@ -83,13 +84,14 @@ def forward_launcher(
     window_right: int,
     kernel: str | None,
     packed: bool = False,
+    softcap: bool = False,
 ):
     """The first family's (from ``kernel`` on; None: the fastest) ``forward_launcher`` for these, made once."""
-    key = (device, dtype, head_dim, window_left, window_right, kernel, packed)
+    key = (device, dtype, head_dim, window_left, window_right, kernel, packed, softcap)
     launch = _forward_launchers.get(key)
     if launch is None:
         family = pick(device, kernel)[0]
-        launch = family.forward_launcher(device, dtype, head_dim, window_left, window_right, packed)
+        launch = family.forward_launcher(device, dtype, head_dim, window_left, window_right, packed, softcap=softcap)
         _forward_launchers[key] = launch
     return launch
 

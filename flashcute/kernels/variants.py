@@ -8,7 +8,7 @@ import os
 import time
 
 from flashcute.kernels import registry
-from flashcute.kernels.common.limits import in_packed_sample
+from flashcute.kernels.common.limits import in_sample
 
 
 def alternative_tile_config(family: str, fields: dict, window_left: int, window_right: int):
@@ -29,16 +29,10 @@ def alternative_tile_variants(family: str) -> list:
 
 def all_variants(arch: str, exact_only: bool = False, only: list[str] | None = None) -> list:
     """The heuristics' configs on ``arch`` (the groups of registry.variants named in ``only``, default all; of the
-    packed variable-length groups a sample, in_packed_sample) and the alternative tiles of each family built for
+    packed variable-length and softcap groups a sample, in_sample) and the alternative tiles of each family built for
     ``arch``."""
     groups = registry.variants(arch, exact_only)
-    configs = [
-        c
-        for name, group in groups.items()
-        if only is None or name in only
-        for c in group
-        if not name.endswith("-packed") or in_packed_sample(c)
-    ]
+    configs = [c for name, group in groups.items() if only is None or name in only for c in group if in_sample(name, c)]
     for name in registry.FAMILIES:
         if arch in registry.family(name).ARCHS and (only is None or f"{name}-fwd" in only):
             configs += alternative_tile_variants(name)

@@ -57,10 +57,11 @@ def mask_label(config) -> str:
 
 def attention_label(config, prefix: str, tiles: str) -> str:
     """The label of an attention kernel's config: "<prefix>-<dtype>-<head dim>-<tiles>-<mask>" (no prefix: no dash),
-    "-packed" appended for a kernel of packed variable-length batches."""
+    "-softcap" appended for a kernel that caps the scores, "-packed" for one of packed variable-length batches."""
+    softcap = "-softcap" if config.softcap else ""
     packed = "-packed" if config.packed else ""
     head = f"{prefix + '-' if prefix else ''}{config.dtype}-{head_dim_label(config)}"
-    return f"{head}-{tiles}-{mask_label(config)}{packed}"
+    return f"{head}-{tiles}-{mask_label(config)}{softcap}{packed}"
 
 
 def rows_per_copy(head_dim_padded: int, num_threads: int) -> int:
@@ -84,10 +85,14 @@ def streaming_limits(config, num_threads: int) -> str | None:
     return None
 
 
-def in_packed_sample(config) -> bool:
-    """Whether the compile tests and ``warmup --all`` build this packed variable-length variant: every bucket and
-    mask, the dtypes taken in turn. Packing changes only where a tile's rows are (kernels/common/seqlen.py), not
-    the tiles, so a sample covers it without doubling the variant matrix."""
+def in_sample(kind: str, config) -> bool:
+    """Whether the compile tests, ``flashcute check`` and ``warmup --all`` build this variant of registry.variants'
+    group ``kind``: all of a plain group; of the packed variable-length and softcap groups every bucket and mask, the
+    dtypes taken in turn. Packing changes only where a tile's rows are (kernels/common/seqlen.py) and softcap one
+    step on the scores (kernels/common/softcap.py), not the tiles, so a sample covers each without doubling the
+    variant matrix."""
+    if not kind.endswith(("-packed", "-softcap")):
+        return True
     pair = HEAD_DIM_BUCKETS.index(config.head_dim_padded) + list(MASK_NAMES).index(
         (config.mask_right, config.mask_left)
     )

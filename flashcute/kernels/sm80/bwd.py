@@ -9,6 +9,8 @@ Per Q tile, with P and dS staged through shared memory because their transposes 
     dP = dO V^T                dS = P * (dP - D),   D = rowsum(dO * O) from the preprocess
     dV += P^T dO               dK += dS^T Q         dQ += dS K              (dK and dQ times softmax_scale)
 
+With softcap, S is capped first and dS takes the cap's derivative (kernels/common/softcap.py).
+
 Rows past seqlen_q load as zeros with LSE = +inf, so their P and dS are 0; K/V rows past seqlen_k load as zeros
 and their scores are masked, so 0 * garbage never makes a NaN.
 
@@ -40,7 +42,8 @@ from flashcute.kernels.common.gemm import gemm_ss
 from flashcute.kernels.common.layout import acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softmax import LOG2_E, d_rows, lse_log2_rows, recompute_probs, softmax_grad
+from flashcute.kernels.common.softcap import apply_softcap, softcap_grad, softcap_scales
+from flashcute.kernels.common.softmax import d_rows, lse_log2_rows, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import BwdConfig
 from flashcute.kernels.sm80.limits import common_limits
@@ -129,6 +132,7 @@ class FlashAttentionBackwardSm80:
         mSeqUsedK: cute.Tensor | None = None,
         max_seqlen_q: Int32 | None = None,
         max_seqlen_k: Int32 | None = None,
+        softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
     ):
         cfg = self.config
         atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
@@ -178,6 +182,7 @@ class FlashAttentionBackwardSm80:
             mSeqUsedQ,
             mSeqUsedK,
             softmax_scale,
+            softcap,
             diag_offset,
             window_left,
             window_right,
@@ -218,6 +223,7 @@ class FlashAttentionBackwardSm80:
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
         softmax_scale: Float32,
+        softcap: Float32 | None,
         diag_offset: Int32,
         window_left: Int32,
         window_right: Int32,
@@ -253,7 +259,7 @@ class FlashAttentionBackwardSm80:
         if cutlass.const_expr(seq.packed):  # noqa: SIM102 (a compile-time test around a run-time one)
             if n_block * self.block_n >= seqlen_k:  # past a shorter sequence's end: no keys, no Q tile to walk
                 m_block_max = m_block_min
-        scale_log2 = softmax_scale * LOG2_E
+        scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
 
         tile_q = (self.block_m, self.head_dim_padded)
         tile_kv = (self.block_n, self.head_dim_padded)
@@ -392,6 +398,7 @@ class FlashAttentionBackwardSm80:
             seqlen_q=seqlen_q,
             head_dim=head_dim,
             scale_log2=scale_log2,
+            softcap_multiplier=softcap_multiplier,
         )
         num_tiles = qheads_per_kvhead * st.num_m_blocks
         if num_tiles > 0:
@@ -483,12 +490,17 @@ class FlashAttentionBackwardSm80:
         acc_dP.fill(0.0)
         tSsQ = st.tSsQ[None, None, None, stage]
         gemm_ss(st.tiled_mma_sdp, acc_S, frag.rQ, frag.rK, tSsQ, st.tSsK, st.copy_A_sdp, st.copy_B_sdp)
+        if cutlass.const_expr(cfg.softcap):  # S = tanh(S * softmax_scale / softcap)
+            apply_softcap(acc_S, st.softcap_multiplier)
         # step 4: mask; step 5: P = exp2(S * scale_log2 - LSE log2 e)
         mask.apply_mask(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
-        recompute_probs(acc_S, lse_log2_rows(st.sLSE[None, stage], st.tScS, rows_left), st.scale_log2)
+        lse_log2 = lse_log2_rows(st.sLSE[None, stage], st.tScS, rows_left)
+        recompute_probs(acc_S, lse_log2, st.scale_log2)
         tdPsdO = st.tdPsdO[None, None, None, stage]
         gemm_ss(st.tiled_mma_sdp, acc_dP, frag.rdO, frag.rV, tdPsdO, st.tdPsV, st.copy_A_sdp, st.copy_B_sdp)
         softmax_grad(acc_S, acc_dP, d_rows(st.sD[None, stage], st.tScS, rows_left))  # acc_dP becomes dS
+        if cutlass.const_expr(cfg.softcap):  # dS *= 1 - t^2, the cap's derivative
+            softcap_grad(acc_S, acc_dP, lse_log2, st.scale_log2)
         # P and dS -> shared memory in 16 bits: their transposes are the A operands of dV and dK
         rP = converted(acc_S, self.dtype)
         rdS = converted(acc_dP, self.dtype)

@@ -6,6 +6,8 @@ dQ += dS K with dS still in the registers that computed it (the A operand, as P 
 
     S = Q K^T,  P = exp2(S * scale_log2 - LSE * log2 e),  dP = dO V^T,  dS = P * (dP - D),  dQ += dS K
 
+(with softcap, S capped first and dS times the cap's derivative: kernels/common/softcap.py).
+
 Each element of dQ is then a sum in one thread, in one order: bitwise reproducible. The dK/dV kernel runs beside
 it with its dQ atomics turned off (BwdConfig.accumulate_dq = False).
 """
@@ -25,7 +27,8 @@ from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softmax import LOG2_E, load_row_stats, recompute_probs, softmax_grad
+from flashcute.kernels.common.softcap import apply_softcap, softcap_grad, softcap_scales
+from flashcute.kernels.common.softmax import load_row_stats, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import DQConfig
 from flashcute.kernels.sm80.limits import common_limits
@@ -70,6 +73,7 @@ class FlashAttentionBackwardDQSm80:
         mSeqUsedK: cute.Tensor | None = None,
         max_seqlen_q: Int32 | None = None,
         max_seqlen_k: Int32 | None = None,
+        softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
     ):
         atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
         sQ_layout = cute.tile_to_shape(atom, (self.block_m, self.head_dim_padded), (0, 1))
@@ -104,6 +108,7 @@ class FlashAttentionBackwardDQSm80:
             mSeqUsedQ,
             mSeqUsedK,
             softmax_scale,
+            softcap,
             diag_offset,
             window_left,
             window_right,
@@ -136,6 +141,7 @@ class FlashAttentionBackwardDQSm80:
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
         softmax_scale: Float32,
+        softcap: Float32 | None,
         diag_offset: Int32,
         window_left: Int32,
         window_right: Int32,
@@ -219,7 +225,7 @@ class FlashAttentionBackwardDQSm80:
         mask = AttentionMask(tile_info, thr_mma, tiled_mma.get_slice(0))
         acc_dQ = cute.make_rmem_tensor(thr_mma.partition_shape_C(tile_q), Float32)
         acc_dQ.fill(0.0)
-        scale_log2 = softmax_scale * LOG2_E
+        scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
 
         st = SimpleNamespace(
             mK=mK,
@@ -250,6 +256,7 @@ class FlashAttentionBackwardDQSm80:
             kv_head_idx=kv_head_idx,
             seqlen_k=seqlen_k,
             scale_log2=scale_log2,
+            softcap_multiplier=softcap_multiplier,
         )
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             self.compute_one_n_block(st, mask, acc_dQ, m_block, n_block_max - 1 - i)
@@ -302,6 +309,8 @@ class FlashAttentionBackwardDQSm80:
             st.copy_A,
             st.copy_B,
         )
+        if cutlass.const_expr(cfg.softcap):  # S = tanh(S * softmax_scale / softcap)
+            apply_softcap(acc_S, st.softcap_multiplier)
         mask.apply_mask(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
         recompute_probs(acc_S, st.lse_log2, st.scale_log2)
         gemm_ss(
@@ -315,6 +324,8 @@ class FlashAttentionBackwardDQSm80:
             st.copy_B,
         )
         softmax_grad(acc_S, acc_dP, st.d_row)
+        if cutlass.const_expr(cfg.softcap):  # dS *= 1 - t^2, the cap's derivative
+            softcap_grad(acc_S, acc_dP, st.lse_log2, st.scale_log2)
         # step 6: dQ += dS K, dS converted to 16 bits in the registers that computed it
         rdS = converted(acc_dP, self.dtype)
         gemm_rs(st.tiled_mma, acc_dQ, acc_as_operand_a(rdS), st.rKt, st.copy_Bt.partition_S(st.sKt), st.copy_Bt)

@@ -28,6 +28,7 @@ class FwdConfig:
     lazy_rescale:     a row keeps its running max until it grows by more than softmax.RESCALE_THRESHOLD, unmasked
                       steps skip the row max, and U is rescaled only in warps where a row's max moved
     packed:           the batch is packed variable-length sequences (kernels/common/seqlen.py)
+    softcap:          the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py)
     """
 
     dtype: str
@@ -41,6 +42,7 @@ class FwdConfig:
     mask_left: bool
     lazy_rescale: bool = False
     packed: bool = False
+    softcap: bool = False
 
     @property
     def num_threads(self) -> int:
@@ -78,10 +80,16 @@ def _forward_tiles(bucket: int, masked: bool) -> tuple[tuple[int, int, int, int]
 
 @functools.cache
 def fwd_config(
-    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, arch: str = "sm_80", packed: bool = False
+    head_dim: int,
+    dtype: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    arch: str = "sm_80",
+    packed: bool = False,
+    softcap: bool = False,
 ) -> FwdConfig:
     """The heuristic for the sm80 forward kernel on target ``arch`` (window_right = 0 is causal; ``packed``: for
-    packed variable-length batches, with the same tiles)."""
+    packed variable-length batches, ``softcap``: for capped scores, both with the same tiles)."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
     for block_m, block_n, num_warps, num_stages in _forward_tiles(bucket, mask_right or mask_left):
@@ -98,6 +106,7 @@ def fwd_config(
             # only D=128 gains from it, in both dtypes (docs/tuning-sm80.md, Lazy rescaling)
             lazy_rescale=bucket == 128,
             packed=packed,
+            softcap=softcap,
         )
         if config.smem_bytes() <= smem_limit(arch):
             break
@@ -116,6 +125,7 @@ class BwdConfig:
     accumulate_dq: True, this kernel also adds dQ with fp32 atomics; False (deterministic mode), dQ comes from the
     DQConfig kernel, which walks the K/V tiles of one Q tile in a fixed order.
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
+    softcap: the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py).
     """
 
     dtype: str
@@ -132,6 +142,7 @@ class BwdConfig:
     mask_left: bool
     accumulate_dq: bool = True
     packed: bool = False
+    softcap: bool = False
 
     @property
     def label(self) -> str:
@@ -168,8 +179,10 @@ def bwd_config(
     window_right: int = -1,
     deterministic: bool = False,
     packed: bool = False,
+    softcap: bool = False,
 ) -> BwdConfig:
-    """The heuristic for the sm80 dK/dV kernel (window_right = 0 is causal; ``packed`` as in fwd_config)."""
+    """The heuristic for the sm80 dK/dV kernel (window_right = 0 is causal; ``packed`` and ``softcap`` as in
+    fwd_config)."""
     bucket = head_dim_bucket(head_dim)
     block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq, num_stages = _backward_tiles(bucket)
     mask_right, mask_left = masks(window_left, window_right)
@@ -188,14 +201,15 @@ def bwd_config(
         mask_left=mask_left,
         accumulate_dq=not deterministic,
         packed=packed,
+        softcap=softcap,
     )
 
 
 @dataclass(frozen=True)
 class DQConfig:
     """The deterministic dQ kernel (kernels/sm80/bwd_dq.py): one thread block per (block_m, head_dim) tile of dQ,
-    walking its K/V tiles in order, num_warps warps stacked along M (the forward's shape of work); packed as in
-    BwdConfig."""
+    walking its K/V tiles in order, num_warps warps stacked along M (the forward's shape of work); packed and
+    softcap as in BwdConfig."""
 
     dtype: str
     head_dim_padded: int
@@ -206,6 +220,7 @@ class DQConfig:
     mask_right: bool
     mask_left: bool
     packed: bool = False
+    softcap: bool = False
 
     @property
     def label(self) -> str:
@@ -219,7 +234,12 @@ class DQConfig:
 
 @functools.cache
 def dq_config(
-    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, packed: bool = False
+    head_dim: int,
+    dtype: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    packed: bool = False,
+    softcap: bool = False,
 ) -> DQConfig:
     """The heuristic for the deterministic dQ kernel."""
     bucket = head_dim_bucket(head_dim)
@@ -235,4 +255,5 @@ def dq_config(
         mask_right=mask_right,
         mask_left=mask_left,
         packed=packed,
+        softcap=softcap,
     )

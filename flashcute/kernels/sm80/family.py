@@ -40,17 +40,17 @@ def runs_on(capability: tuple[int, int]) -> bool:
 def compile(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path | None = None):
     """The forward: (q, k, v, out, lse, softmax_scale, diag_offset, window_left, window_right). The dK/dV kernel:
     (q, k, v, dout, lse, d, dq_accum or None, dk, dv, ...the same scalars), dq_accum float32, None when
-    ``config.accumulate_dq`` is off. The deterministic dQ kernel: (q, k, v, dout, lse, d, dq, ...the scalars)."""
+    ``config.accumulate_dq`` is off. The deterministic dQ kernel: (q, k, v, dout, lse, d, dq, ...the scalars).
+    Each then takes a packed batch's arguments (build.optional_arguments), and the cap with ``config.softcap``."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
 
-    from flashcute.kernels.build import SymbolicProblem, compile_kernel
+    from flashcute.kernels.build import SymbolicProblem, compile_kernel, optional_arguments
 
     p = SymbolicProblem(config)
-    packed = p.packed_batch() if config.packed else ()
 
     def build(kernel, *tensors):
-        return compile_kernel(kernel, config, arch, dump_dir, *tensors, after=packed)
+        return compile_kernel(kernel, config, arch, dump_dir, *tensors, after=optional_arguments(p, config))
 
     if isinstance(config, FwdConfig):
         from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
@@ -83,11 +83,13 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
         for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
             for kind, make in kinds.items():
                 found[kind].append(make(head_dim, dtype, window))
-    for kind, make in kinds.items():  # packed batches: the exact head dims (packing is orthogonal to padding)
-        found[f"{kind}-packed"] = [
-            dataclasses.replace(make(bucket, dtype, window), packed=True)
-            for dtype, bucket, window in itertools.product(dtypes, buckets, masks)
-        ]
+    # packed batches and capped scores: the exact head dims (each is orthogonal to padding)
+    for variant in ("packed", "softcap"):
+        for kind, make in kinds.items():
+            found[f"{kind}-{variant}"] = [
+                dataclasses.replace(make(bucket, dtype, window), **{variant: True})
+                for dtype, bucket, window in itertools.product(dtypes, buckets, masks)
+            ]
     return found
 
 
@@ -99,18 +101,25 @@ def forward_launcher(
     window_right: int,
     packed: bool = False,
     config: FwdConfig | None = None,
+    softcap: bool = False,
 ):
-    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE)`` for validated inputs of this
-    device, dtype, head dim and window (outputs allocated by the caller), with the heuristic's config or ``config``
-    (tests, tuning). ``packed``: the launches take packed variable-length batches (kernels/common/seqlen.py), q
-    (1, total_q, nheads, head_dim) and lse (1, nheads, total_q), and their packed_args."""
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0)`` for validated inputs
+    of this device, dtype, head dim and window (outputs allocated by the caller), with the heuristic's config or
+    ``config`` (tests, tuning). ``packed``: the launches take packed variable-length batches
+    (kernels/common/seqlen.py), q (1, total_q, nheads, head_dim) and lse (1, nheads, total_q), and their
+    packed_args. ``softcap``: the kernel caps the scores, by the launch's softcap (> 0)."""
     if config is None:
-        config = fwd_config(head_dim, dtype, window_left, window_right, arch=device_arch(device), packed=packed)
+        arch = device_arch(device)
+        config = fwd_config(head_dim, dtype, window_left, window_right, arch=arch, packed=packed, softcap=softcap)
     kernel = compiled(config, device, compile)
     scalars = (window_left, window_right)
+    capped = config.softcap
 
-    def launch(q, k, v, out, lse, softmax_scale: float, diag_offset: int, packed_args: tuple = DENSE) -> None:
-        run_on_device(device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, *scalars, *packed_args)
+    def launch(
+        q, k, v, out, lse, softmax_scale: float, diag_offset: int, packed_args: tuple = DENSE, softcap: float = 0.0
+    ) -> None:
+        cap = softcap if capped else None  # None: an optional argument the kernel leaves out
+        run_on_device(device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, *scalars, *packed_args, cap)
 
     return launch
 
@@ -132,12 +141,13 @@ def backward(
     window_right: int,
     deterministic: bool,
     packed_args: tuple | None = None,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32
     atomics into a buffer the preprocess zeroes, scaled and cast by the postprocess, or, deterministic, from the dQ
     kernel, which adds in a fixed order. ``packed_args``: a packed variable-length batch's (forward_launcher), the
     tensors shaped as its launches take them; the kernels' outputs are zeroed first, since they write no row that
-    lies outside every sequence."""
+    lies outside every sequence. ``softcap`` > 0: the forward capped the scores by it."""
     batch, seqlen_q, nheads, head_dim = q.shape
     dtype = dtype_name(q)
     delta = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
@@ -147,13 +157,14 @@ def backward(
     dq = (new if deterministic else torch.empty)(q.shape, dtype=q.dtype, device=q.device)  # (else: postprocess)
     dk, dv = (new(t.shape, dtype=t.dtype, device=t.device) for t in (k, v))
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    packed = packed_args is not None
-    after = packed_args if packed else DENSE
-    config = bwd_config(head_dim, dtype, window_left, window_right, deterministic=deterministic, packed=packed)
+    packed, capped = packed_args is not None, softcap > 0
+    after = (*(packed_args if packed else DENSE), softcap if capped else None)
+    window = (window_left, window_right)
+    config = bwd_config(head_dim, dtype, *window, deterministic=deterministic, packed=packed, softcap=capped)
     tensors = (q, k, v, dout, lse, delta, dq_accum, dk, dv)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     if deterministic:
-        dq_kernel = compiled(dq_config(head_dim, dtype, window_left, window_right, packed), q.device, compile)
+        dq_kernel = compiled(dq_config(head_dim, dtype, *window, packed, capped), q.device, compile)
         run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars, *after)
     else:
         prepost.postprocess(dq_accum, dq, softmax_scale)

@@ -30,7 +30,8 @@ from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softmax import LOG2_E, RESCALE_THRESHOLD, OnlineSoftmax
+from flashcute.kernels.common.softcap import apply_softcap, softcap_scales
+from flashcute.kernels.common.softmax import RESCALE_THRESHOLD, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import FwdConfig
 from flashcute.kernels.sm80.limits import common_limits
@@ -77,6 +78,7 @@ class FlashAttentionForwardSm80:
         mSeqUsedK: cute.Tensor | None = None,
         max_seqlen_q: Int32 | None = None,  # the longest sequence of a packed batch
         max_seqlen_k: Int32 | None = None,
+        softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
     ):
         smem_atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
         sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, self.head_dim_padded), (0, 1))
@@ -97,6 +99,7 @@ class FlashAttentionForwardSm80:
         if cutlass.const_expr(mCuSeqlensQ is not None):
             batch, seqlen_q = mSeqUsedQ.shape[0], max_seqlen_q
         num_m_blocks = cute.ceil_div(seqlen_q, self.block_m)
+        scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
         self.kernel(
             mQ,
             mK,
@@ -107,7 +110,8 @@ class FlashAttentionForwardSm80:
             mCuSeqlensK,
             mSeqUsedQ,
             mSeqUsedK,
-            softmax_scale * LOG2_E,
+            scale_log2,
+            softcap_multiplier,
             diag_offset,
             window_left,
             window_right,
@@ -148,6 +152,7 @@ class FlashAttentionForwardSm80:
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
         scale_log2: Float32,
+        softcap_multiplier: Float32 | None,
         diag_offset: Int32,
         window_left: Int32,
         window_right: Int32,
@@ -290,6 +295,7 @@ class FlashAttentionForwardSm80:
             kv,
             softmax,
             mask,
+            softcap_multiplier,
             acc_O,
             m_block,
             n_block_min,
@@ -349,6 +355,7 @@ class FlashAttentionForwardSm80:
         kv: SimpleNamespace,
         softmax: OnlineSoftmax,
         mask: AttentionMask,
+        softcap_multiplier: Float32 | None,
         acc_O: cute.Tensor,
         m_block: Int32,
         n_block_min: Int32,
@@ -375,6 +382,8 @@ class FlashAttentionForwardSm80:
         if n_block - self.num_stages >= n_block_min:
             self.load_kv_tile(kv, kv.tKgK, kv.tKsK, n_block - self.num_stages, False, False)
         cute.arch.cp_async_commit_group()
+        if cutlass.const_expr(self.config.softcap):  # S = tanh(S * softmax_scale / softcap)
+            apply_softcap(acc_S, softcap_multiplier)
         # step 4: mask (only on the tiles that cross a boundary)
         if cutlass.const_expr(is_last_tile or mask_rows):
             mask.apply_mask(acc_S, m_block, n_block, mask_rows)

@@ -15,6 +15,8 @@ operand the dV and dK GEMMs need as "A" is already in registers:
     dQ   = dS K          (wgmma from shared memory: dS^T is written there once, read through a transposed view)
     (dK and dQ times softmax_scale)
 
+With softcap, S^T is capped first and dS^T takes the cap's derivative (kernels/common/softcap.py).
+
 dQ of a step goes registers -> shared memory (float32) -> global memory with a TMA reduce-add
 (cp.reduce.async.bulk.tensor), which adds a whole tile at L2 and clips rows past seqlen_q and columns past the
 head dim, so the consumers issue no per-element atomics.
@@ -48,7 +50,8 @@ from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import TransposedMask
 from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softmax import LOG2_E, recompute_probs_t, softmax_grad_t
+from flashcute.kernels.common.softcap import apply_softcap, softcap_grad_t, softcap_scales
+from flashcute.kernels.common.softmax import recompute_probs_t, softmax_grad_t
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, store_probs, transpose_view
 from flashcute.kernels.sm90.config import NUM_STAGES, Sm90BwdConfig
@@ -137,6 +140,7 @@ class FlashAttentionBackwardSm90:
         mSeqUsedK: cute.Tensor | None = None,
         max_seqlen_q: Int32 | None = None,
         max_seqlen_k: Int32 | None = None,
+        softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
     ):
         d, bm, bn, stages = self.head_dim_padded, self.block_m, self.block_n, self.num_stages
         sQ_layout = tma.smem_layout(self.dtype, bm, d, stages)  # also dO's
@@ -209,6 +213,7 @@ class FlashAttentionBackwardSm90:
             mSeqUsedQ,
             mSeqUsedK,
             softmax_scale,
+            softcap,
             diag_offset,
             window_left,
             window_right,
@@ -262,6 +267,7 @@ class FlashAttentionBackwardSm90:
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
         softmax_scale: Float32,
+        softcap: Float32 | None,
         diag_offset: Int32,
         window_left: Int32,
         window_right: Int32,
@@ -364,6 +370,7 @@ class FlashAttentionBackwardSm90:
                 work,
                 tile_info,
                 softmax_scale,
+                softcap,
                 head_dim,
                 tiled_mma_sdp,
                 tiled_mma_dkv,
@@ -435,6 +442,7 @@ class FlashAttentionBackwardSm90:
         work: SimpleNamespace,
         tile_info: TileInfo,
         softmax_scale: Float32,
+        softcap: Float32 | None,
         head_dim: Int32,
         tiled_mma_sdp: cute.TiledMma,
         tiled_mma_dkv: cute.TiledMma,
@@ -492,8 +500,20 @@ class FlashAttentionBackwardSm90:
             pipes.kv.consumer_wait(pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1))
         free_start, free_end = tile_info.masked_m_runs(work.n_block, work.m_block_min, work.m_block_max)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
-        scale_log2 = softmax_scale * LOG2_E
-        step = partial(self.one_q_tile, mdQaccum, tma_dQ, smem, pipes, mma, mask, work, scale_log2, softmax_scale)
+        scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
+        step = partial(
+            self.one_q_tile,
+            mdQaccum,
+            tma_dQ,
+            smem,
+            pipes,
+            mma,
+            mask,
+            work,
+            scale_log2,
+            softcap_multiplier,
+            softmax_scale,
+        )
         for h in cutlass.range(work.qheads_per_kvhead, unroll=1):
             head_idx = work.first_head_idx + h
             for m_block in cutlass.range(work.m_block_min, free_start, unroll=1):
@@ -537,6 +557,7 @@ class FlashAttentionBackwardSm90:
         mask: TransposedMask,
         work: SimpleNamespace,
         scale_log2: Float32,
+        softcap_multiplier: Float32 | None,
         softmax_scale: Float32,
         state: pipeline.PipelineState,
         head_idx: Int32,
@@ -553,12 +574,16 @@ class FlashAttentionBackwardSm90:
         gemm(mma.tiled_mma_sdp, acc_S, mma.tSrK, mma.tSrQ[None, None, None, stage], True, -1)
         pipes.do.consumer_wait(state)
         gemm(mma.tiled_mma_sdp, acc_dP, mma.tdPrV, mma.tdPrdO[None, None, None, stage], True, 1)
+        if cutlass.const_expr(self.config.softcap):  # S^T = tanh(S^T * softmax_scale / softcap)
+            apply_softcap(acc_S, softcap_multiplier)
         # steps 4 and 5: mask, P^T = exp2(S^T * scale_log2 - LSE log2 e)
         if cutlass.const_expr(masked):
             mask.apply_mask(acc_S, m_block, work.n_block)
         recompute_probs_t(acc_S, smem.sLSE[None, stage], mask.tScS, scale_log2)
         warpgroup.wait_group(0)
         softmax_grad_t(acc_S, acc_dP, smem.sD[None, stage], mask.tScS)  # acc_dP becomes dS^T
+        if cutlass.const_expr(self.config.softcap):  # dS^T *= 1 - t^2, the cap's derivative, t from the fp32 P^T
+            softcap_grad_t(acc_S, acc_dP, smem.sLSE[None, stage], mask.tScS, scale_log2)
         # step 6: dV += P^T dO and dK += dS^T Q from registers; dS^T to shared memory for dQ = dS K
         store_probs(acc_S, mma.tdVrP)
         store_probs(acc_dP, mma.tdKrdS)

@@ -37,6 +37,7 @@ class Sm90FwdConfig:
                         runs, and into P only after it (softmax.online_softmax_in_place); else E goes straight into P,
                         after that P V (softmax.online_softmax_kept_max)
     packed:             the batch is packed variable-length sequences (kernels/common/seqlen.py)
+    softcap:            the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py)
     """
 
     dtype: str
@@ -53,6 +54,7 @@ class Sm90FwdConfig:
     k_descriptors: str = "64bit"
     exp_in_place: bool = False
     packed: bool = False
+    softcap: bool = False
 
     @property
     def label(self) -> str:
@@ -123,10 +125,15 @@ def _k_descriptors(bucket: int, dtype: str) -> str:
 
 @functools.cache
 def sm90_fwd_config(
-    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, packed: bool = False
+    head_dim: int,
+    dtype: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    packed: bool = False,
+    softcap: bool = False,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel (window_right = 0 is causal; ``packed``: for packed
-    variable-length batches, with the same tiles)."""
+    variable-length batches, ``softcap``: for capped scores, both with the same tiles)."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
     masked = mask_right or mask_left
@@ -149,6 +156,7 @@ def sm90_fwd_config(
         # under a mask at D >= 192 P V is as long as Q K^T: E goes ahead of it (docs/tuning-sm90.md, E in place of S)
         exp_in_place=masked and bucket >= 192,
         packed=packed,
+        softcap=softcap,
     )
 
 
@@ -160,6 +168,7 @@ class Sm90BwdConfig:
     shared-memory buffers of Q, dO, LSE and D (filled by TMA) and of dS. The dQ GEMM of a step is split between
     the two consumer warpgroups along its rows when block_m is 128, along the head dim when block_m is 64.
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
+    softcap: the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py).
     """
 
     dtype: str
@@ -170,6 +179,7 @@ class Sm90BwdConfig:
     mask_right: bool
     mask_left: bool
     packed: bool = False
+    softcap: bool = False
 
     @property
     def label(self) -> str:
@@ -216,9 +226,14 @@ def sm90_bwd_supports(head_dim: int) -> bool:
 
 @functools.cache
 def sm90_bwd_config(
-    head_dim: int, dtype: str, window_left: int = -1, window_right: int = -1, packed: bool = False
+    head_dim: int,
+    dtype: str,
+    window_left: int = -1,
+    window_right: int = -1,
+    packed: bool = False,
+    softcap: bool = False,
 ) -> Sm90BwdConfig:
-    """The heuristic for the Hopper backward kernel (window_right = 0 is causal; ``packed`` as in
+    """The heuristic for the Hopper backward kernel (window_right = 0 is causal; ``packed`` and ``softcap`` as in
     sm90_fwd_config)."""
     bucket = head_dim_bucket(head_dim)
     tiles = _backward_tiles(bucket)
@@ -234,4 +249,5 @@ def sm90_bwd_config(
         mask_right=mask_right,
         mask_left=mask_left,
         packed=packed,
+        softcap=softcap,
     )

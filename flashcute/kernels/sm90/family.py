@@ -42,33 +42,34 @@ def runs_on(capability: tuple[int, int]) -> bool:
 def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | None = None):
     """The forward: (q, k, v, out, lse, tile_counter, softmax_scale, diag_offset, window_left, window_right,
     max_grid). The backward: (q, k, v, dout, lse_log2, d, dq_accum, dk, dv, softmax_scale, diag_offset,
-    window_left, window_right), lse_log2 and d padded to whole Q tiles."""
+    window_left, window_right), lse_log2 and d padded to whole Q tiles. Each then takes a packed batch's arguments
+    (build.optional_arguments), and the cap with ``config.softcap``."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
 
-    from flashcute.kernels.build import ATTENTION_SCALARS, SymbolicProblem, compile_kernel
+    from flashcute.kernels.build import ATTENTION_SCALARS, SymbolicProblem, compile_kernel, optional_arguments
 
     p = SymbolicProblem(config)
+    after = optional_arguments(p, config)
     if isinstance(config, Sm90FwdConfig):
         from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 
         tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.tile_counter())
         kernel = FlashAttentionForwardSm90(config)
-        packed = p.packed_batch() if config.packed else ()
-        return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1), after=packed)
+        return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1), after=after)
     from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
 
     stats = (p.padded_row_stats(), p.padded_row_stats())
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), *stats, p.q_like(cutlass.Float32))
     kernel = FlashAttentionBackwardSm90(config)
-    packed = p.packed_batch() if config.packed else ()
-    return compile_kernel(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like(), after=packed)
+    return compile_kernel(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like(), after=after)
 
 
 def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, list]:
     """The heuristics' configs by kernel kind, per dtype x head-dim bucket x (window_left, window_right) (x exact
-    and padded head dim); the backward at the buckets it has tiles for."""
-    found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": []}
+    and padded head dim; packed batches and capped scores at the exact head dims only, each orthogonal to
+    padding); the backward at the buckets it has tiles for."""
+    found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": [], "fwd-softcap": [], "bwd-softcap": []}
     if arch not in ARCHS:
         return found
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
@@ -76,10 +77,11 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found["fwd"].append(sm90_fwd_config(head_dim, dtype, *window))
             if sm90_bwd_supports(head_dim):
                 found["bwd"].append(sm90_bwd_config(head_dim, dtype, *window))
-    for dtype, bucket, window in itertools.product(dtypes, buckets, masks):  # packed batches: exact head dims
-        found["fwd-packed"].append(sm90_fwd_config(bucket, dtype, *window, packed=True))
-        if sm90_bwd_supports(bucket):
-            found["bwd-packed"].append(sm90_bwd_config(bucket, dtype, *window, packed=True))
+    for variant in ("packed", "softcap"):
+        for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
+            found[f"fwd-{variant}"].append(sm90_fwd_config(bucket, dtype, *window, **{variant: True}))
+            if sm90_bwd_supports(bucket):
+                found[f"bwd-{variant}"].append(sm90_bwd_config(bucket, dtype, *window, **{variant: True}))
     return found
 
 
@@ -106,21 +108,26 @@ def forward_launcher(
     packed: bool = False,
     config: Sm90FwdConfig | None = None,
     grid: int | None = None,
+    softcap: bool = False,
 ):
-    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE)`` for validated inputs of this
-    device, dtype, head dim and window (outputs allocated by the caller), with the heuristic's config or ``config``;
-    the persistent grid has one thread block per SM, or ``grid`` (tests: fewer blocks, each claiming several
-    tiles). ``packed`` as in the sm80 family's forward_launcher."""
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0)`` for validated inputs
+    of this device, dtype, head dim and window (outputs allocated by the caller), with the heuristic's config or
+    ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests: fewer blocks, each claiming
+    several tiles). ``packed`` and ``softcap`` as in the sm80 family's forward_launcher."""
     if config is None:
-        config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed)
+        config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed, softcap=softcap)
     kernel = compiled(config, device, compile)
     max_grid = grid or num_sms(device)
+    capped = config.softcap
 
-    def launch(q, k, v, out, lse, softmax_scale: float, diag_offset: int, packed_args: tuple = DENSE) -> None:
+    def launch(
+        q, k, v, out, lse, softmax_scale: float, diag_offset: int, packed_args: tuple = DENSE, softcap: float = 0.0
+    ) -> None:
         q, k, v = tma_addressable(q), tma_addressable(k), tma_addressable(v)
         counter = tile_counter(device)
         scalars = (softmax_scale, diag_offset, window_left, window_right, max_grid)
-        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args)
+        cap = softcap if capped else None  # None: an optional argument the kernel leaves out
+        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap)
 
     return launch
 
@@ -172,14 +179,16 @@ def backward(
     window_right: int,
     deterministic: bool,
     packed_args: tuple | None = None,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the preprocess D = rowsum(dO * O) (and dQaccum zeroed); the Hopper kernel, which adds dQ by TMA
     reduce-adds of whole tiles and applies softmax_scale; the postprocess casts dQ. ``packed_args``: a packed
     variable-length batch's (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in
-    the rows of PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written)."""
+    the rows of PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written).
+    ``softcap`` > 0: the forward capped the scores by it."""
     batch, seqlen_q, nheads, head_dim = q.shape
-    packed = packed_args is not None
-    config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right, packed=packed)
+    packed, capped = packed_args is not None, softcap > 0
+    config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right, packed=packed, softcap=capped)
     dq_accum = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     if packed:
         stats_rows = PaddedStatsRows(packed_args[0], seqlen_q, config.block_m)
@@ -200,7 +209,8 @@ def backward(
         lse_log2 = padded_lse_log2(lse, rows)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     tensors = (q, k, v, dout, lse_log2, delta, dq_accum, dk, dv)
-    run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *(packed_args or DENSE))
+    after = (*(packed_args or DENSE), softcap if capped else None)
+    run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     prepost.postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
     return dq, dk, dv
 

@@ -27,6 +27,8 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   memory where it fits (head dim <= 128); at 192 and 256 it reuses Q's, so the next Q loads only after O has
   left.
 
+With softcap, every score tile is capped as it lands, before the mask and the softmax (kernels/common/softcap.py).
+
 K/V tiles are split into masked and unmasked runs by TileInfo as in the sm80 kernel; the walk takes the last tile
 first, then the unmasked run downwards, then the rest of the right-masked run and the left-masked run (mainloop
 says why that order). A Q tile that sees no key at all loads only Q and writes O = 0, LSE = -inf.
@@ -51,7 +53,8 @@ from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.scheduler import heads_per_section, tile_coords, tile_divisors
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softmax import LOG2_E, RESCALE_THRESHOLD, OnlineSoftmax
+from flashcute.kernels.common.softcap import apply_softcap, softcap_scales
+from flashcute.kernels.common.softmax import RESCALE_THRESHOLD, OnlineSoftmax
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import (
     K_DESCRIPTOR_FORMS,
@@ -131,6 +134,7 @@ class FlashAttentionForwardSm90:
         mSeqUsedK: cute.Tensor | None = None,
         max_seqlen_q: Int32 | None = None,  # the longest sequence of a packed batch
         max_seqlen_k: Int32 | None = None,
+        softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
     ):
         d = self.head_dim_padded
         sQ_layout = tma.smem_layout(self.dtype, 64, d, self.num_wg)  # one 64-row stage per consumer warpgroup
@@ -171,6 +175,7 @@ class FlashAttentionForwardSm90:
         if cutlass.const_expr(self.config.mask_right):
             section = heads_per_section(seqlen_k, mK.shape[3])
         divisors = tile_divisors(num_m_blocks, mQ.shape[2], batch, section, make=cute.FastDivmodDivisorV2)
+        scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
         self.kernel(
             tQ,
             tK,
@@ -186,7 +191,8 @@ class FlashAttentionForwardSm90:
             tma_K,
             tma_V,
             tma_O,
-            softmax_scale * LOG2_E,
+            scale_log2,
+            softcap_multiplier,
             diag_offset,
             window_left,
             window_right,
@@ -232,6 +238,7 @@ class FlashAttentionForwardSm90:
         tma_V: cute.CopyAtom,
         tma_O: cute.CopyAtom,
         scale_log2: Float32,
+        softcap_multiplier: Float32 | None,
         diag_offset: Int32,
         window_left: Int32,
         window_right: Int32,
@@ -320,7 +327,21 @@ class FlashAttentionForwardSm90:
                 self.load(mQ, mK, mV, sQ, sK, sV, tma_Q, tma_K, tma_V, pipes, tiles)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS[self.num_wg])
-            self.consume(mO, mLSE, tma_O, sQ, sK, sV, sO, pipes, tiles, scale_log2, tiled_mma_qk, tiled_mma_pv)
+            self.consume(
+                mO,
+                mLSE,
+                tma_O,
+                sQ,
+                sK,
+                sV,
+                sO,
+                pipes,
+                tiles,
+                scale_log2,
+                softcap_multiplier,
+                tiled_mma_qk,
+                tiled_mma_pv,
+            )
 
     @cute.jit
     def walk_claimed_tiles(
@@ -584,6 +605,7 @@ class FlashAttentionForwardSm90:
         pipes: SimpleNamespace,
         tiles: SimpleNamespace,
         scale_log2: Float32,
+        softcap_multiplier: Float32 | None,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
     ):
@@ -624,6 +646,7 @@ class FlashAttentionForwardSm90:
             row_scale=cute.make_rmem_tensor(cute.size(softmax.row_max), Float32),  # alpha, for rescale_o_early
             sQ=sQ_wg,  # for scores_by_fma (exp_in_place)
             sK=sK,
+            softcap_multiplier=softcap_multiplier,  # apply_softcap's, with config.softcap
         )
 
         if cutlass.const_expr(self.take_turns):  # noqa: SIM102 (a compile-time test around a run-time one)
@@ -758,6 +781,8 @@ class FlashAttentionForwardSm90:
         self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(0)
         pipes.k.consumer_release(state)
+        if cutlass.const_expr(self.config.softcap):  # S = tanh(S * softmax_scale / softcap)
+            apply_softcap(acc_S, mma.softcap_multiplier)
         mask.apply_mask(acc_S, m_block, n_block, True)
         row_scale = softmax.online_softmax(acc_S)
         store_probs(acc_S, mma.tOrP)
@@ -801,8 +826,11 @@ class FlashAttentionForwardSm90:
         if cutlass.const_expr(not self.config.pass_turn_after_qk):
             self.pass_turn(wg)
         cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
+        if cutlass.const_expr(self.config.softcap):  # S = tanh(S * softmax_scale / softcap), under P V too
+            apply_softcap(acc_S, mma.softcap_multiplier)
         if cutlass.const_expr(kept_max and self.config.exp_in_place):  # E in place of S while P V runs
-            recompute = partial(scores_by_fma, acc_S, mask.tScS, mma.sQ, mma.sK[None, None, state.index])
+            sK = mma.sK[None, None, state.index]
+            recompute = partial(self.recompute_scores, acc_S, mask.tScS, mma.sQ, sK, mma.softcap_multiplier)
             moved = softmax.online_softmax_in_place(acc_S, mma.row_scale, recompute)
             pipes.k.consumer_release(state)  # (recompute may have read K)
             cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
@@ -832,6 +860,21 @@ class FlashAttentionForwardSm90:
             else:
                 softmax.rescale_o(mma.acc_O, row_scale)
         return state
+
+    @cute.jit
+    def recompute_scores(
+        self,
+        acc_S: cute.Tensor,
+        coords: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        softcap_multiplier: Float32 | None,
+    ):
+        """S again by FMAs (wgmma.scores_by_fma), for move_kept_max where E cannot tell where the max went; capped
+        as the tensor cores' S was, with config.softcap."""
+        scores_by_fma(acc_S, coords, sQ, sK)
+        if cutlass.const_expr(self.config.softcap):
+            apply_softcap(acc_S, softcap_multiplier)
 
     def gemm_qk(self, mma: SimpleNamespace, acc_S: cute.Tensor, stage: Int32):
         """Step 3: S = Q K[stage]^T, both from shared memory, issued without waiting (wait_group does)."""
