@@ -31,6 +31,7 @@ from flashcute.bench.grid import (
     GridSpec,
     Shape,
     VarlenSpec,
+    group_label,
     make_grid,
     packed_lengths,
 )
@@ -217,9 +218,9 @@ def stand_in_flashcute(
     their order in memory rather than the block table's if ``pages_in_order``."""
     calls = [] if calls is None else calls
 
-    def flash_attn_func(q, k, v, causal, kernel):
-        calls.append(("flash_attn_func", {"causal": causal, "kernel": kernel}))
-        return attention_same_precision(q, k, v, causal=causal)
+    def flash_attn_func(q, k, v, causal, kernel, softcap=0.0):
+        calls.append(("flash_attn_func", {"causal": causal, "kernel": kernel, "softcap": softcap}))
+        return attention_same_precision(q, k, v, causal=causal, softcap=softcap)
 
     def flash_attn_varlen_func(q, k, v, **kwargs):
         calls.append(("flash_attn_varlen_func", kwargs))
@@ -251,7 +252,32 @@ def test_flashcute_backend_runs_packed_shapes_through_the_varlen_entry(cpu_clock
     (varlen, kwargs), dense = calls
     assert varlen == "flash_attn_varlen_func" and kwargs["cu_seqlens_q"].tolist() == [0, 16, 64, 96]
     assert (kwargs["max_seqlen_q"], kwargs["causal"], kwargs["kernel"]) == (48, True, "sm80")
-    assert dense == ("flash_attn_func", {"causal": True, "kernel": "sm80"})
+    assert dense == ("flash_attn_func", {"causal": True, "kernel": "sm80", "softcap": 0.0})
+
+
+def test_softcap_grid_backends_and_check(cpu_clock, capsys):
+    """--softcap crosses the dense grid with caps, each cap a group of its own; flashcute passes it on, SDPA says it
+    cannot cap, flex caps through a score_mod; the check holds each backend to the capped reference."""
+    shapes = make_grid(cli.grid_spec(parse("--quick", "--headdim", "32", "--causal", "yes", "--softcap", "0,30")))
+    assert [(s.softcap, s.seqlen) for s in shapes] == [(0.0, 512), (0.0, 1024), (30.0, 512), (30.0, 1024)]
+    assert group_label(shapes[2].group) == "bf16 · D=32 · causal · softcap 30"
+    assert group_label(shapes[0].group) == "bf16 · D=32 · causal"
+    known = registry()
+    capped = Shape("bf16", 32, True, 48, 2, 2, softcap=2.0)
+    for name in ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "sdpa-math"):
+        assert known[name].supports(capped, "fwd").startswith("no softcap:"), name
+    assert known["flex"].supports(capped, "fwd") is None and known["fa4"].supports(capped, "fwd") is None
+    calls: list[tuple[str, dict]] = []
+    good = flashcute_backend("flashcute-sm80", stand_in_flashcute(calls=calls), "sm80")
+    uncapped = dataclasses.replace(
+        good, name="ignores-softcap", build=lambda shape: good.build(Shape("bf16", 32, True, 48, 2, 2))
+    )
+    rows = {r.backend: r for r in sweep([capped], [good, uncapped], Settings())}
+    assert calls[0] == ("flash_attn_func", {"causal": True, "kernel": "sm80", "softcap": 2.0})
+    assert rows["flashcute-sm80"].status == "ok" and rows["ignores-softcap"].status == "wrong"
+    # checked before the GPU: the answer is the same on any machine
+    assert cli.main(["--varlen", "--softcap", "30"]) == 2
+    assert "--softcap applies to the dense grid" in capsys.readouterr().err
 
 
 def _attention_backend(name: str, scale: float = 1.0, detach: bool = False) -> Backend:
@@ -518,7 +544,7 @@ def test_decode_grid_and_labels():
         (1, 32768, 8, False, 256),
     ]
     assert {(s.dtype, s.headdim, s.nheads, s.kv_heads, s.group) for s in shapes} == {
-        ("bf16", 128, 32, 8, ("bf16", 128, None))
+        ("bf16", 128, 32, 8, ("bf16", 128, None, 0.0))
     }
     assert all(s.decode and not s.packed for s in shapes) and (shapes[1], shapes[6]) == (DECODE_SHAPE, PAGED)
     assert DECODE_SHAPE.label() == "bf16 · D=128 · non-causal · Lq=1 Lk=32k B=8 H=32/8"
@@ -529,7 +555,7 @@ def test_decode_grid_and_labels():
     # self-attention shapes: q's rows and K/V's heads follow seqlen and nheads, labels as before
     assert (SHAPE.q_seqlen, SHAPE.kv_heads, SHAPE.decode, SHAPE.paged) == (4096, 16, False, False)
     assert SHAPE.label() == "bf16 · D=128 · non-causal · L=4k B=4 H=16" and SHAPE.size_label == "L=4k"
-    assert SHAPE.group == ("bf16", 128, False)
+    assert SHAPE.group == ("bf16", 128, False, 0.0)
     assert graphs.graph_shape(shapes) == shapes[0]  # the CUDA graph figures' shape: Lq=1 Lk=4k B=8
 
 
@@ -545,7 +571,7 @@ def test_decode_flags_quick_and_refusals(capsys):
     assert cli.settings(parse("--decode", "--quick")) == Settings(warmup_ms=5.0, rep_ms=20.0)
     narrowed = make_grid(cli.grid_spec(parse("--decode", "--causal", "no", "--dtype", "fp16", "--headdim", "64,128")))
     assert len(narrowed) == 2 * 7 and not any(s.causal for s in narrowed)
-    assert [s.group for s in narrowed[::7]] == [("fp16", 64, None), ("fp16", 128, None)]
+    assert [s.group for s in narrowed[::7]] == [("fp16", 64, None, 0.0), ("fp16", 128, None, 0.0)]
     assert not parse().decode and parse("--decode").decode
     # checked before the GPU: the answer is the same on any machine
     for flags, why in [

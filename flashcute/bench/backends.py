@@ -35,6 +35,7 @@ SDPA_BACKENDS = {
 SDPA_PACKED = "SDPA takes them only as nested tensors, not timed here"
 FLEX_PACKED = "FlexAttention needs a document mask for them, not timed here"
 SDPA_PAGED = "SDPA takes no page table"
+SDPA_SOFTCAP = "SDPA caps no scores (a float attn_mask cannot)"
 FLEX_PAGED = "FlexAttention reads pages only through its own paged-attention mask conversion, not timed here"
 
 
@@ -124,7 +125,8 @@ def flashcute_backend(name: str, package: ModuleType, kernel: str) -> Backend:
             return partial(
                 package.flash_attn_varlen_func, **_varlen_arguments(shape), causal=shape.causal, kernel=kernel
             )
-        return partial(package.flash_attn_func, causal=shape.causal, kernel=kernel)
+        capped = {"softcap": shape.softcap} if shape.softcap else {}  # (a copy from before softcap takes none)
+        return partial(package.flash_attn_func, causal=shape.causal, kernel=kernel, **capped)
 
     return Backend(name, build)
 
@@ -196,8 +198,10 @@ def _build_fa4(shape: Shape) -> AttentionFn:
     else:
         from flash_attn.cute import flash_attn_func as call
 
+    capped = {"softcap": shape.softcap} if shape.softcap else {}
+
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        out = call(q, k, v, causal=shape.causal)
+        out = call(q, k, v, causal=shape.causal, **capped)
         return out[0] if isinstance(out, tuple) else out  # some versions return (out, lse)
 
     return attention
@@ -240,6 +244,7 @@ def _sdpa(kind: str) -> Backend:
         return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[kind]))
 
     supports = _dense_only(SDPA_PACKED, _contiguous_only(SDPA_PAGED, _math_fits if kind == "math" else _supports_all))
+    supports = _refusing("softcap", lambda shape: shape.softcap > 0, SDPA_SOFTCAP, supports)
     return Backend(f"sdpa-{kind}", _build_sdpa, supports=supports, context=forced)
 
 
@@ -260,6 +265,15 @@ def _causal_mask(offset: int) -> Callable[..., torch.Tensor]:
     return causal
 
 
+def _softcap(cap: float) -> Callable[..., torch.Tensor]:
+    """flex's score_mod for softcap: its score is already softmax_scale * q.k."""
+
+    def softcap(score: torch.Tensor, batch_idx, head_idx, q_idx, kv_idx) -> torch.Tensor:
+        return cap * torch.tanh(score / cap)
+
+    return softcap
+
+
 def _build_flex(shape: Shape) -> AttentionFn:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -268,6 +282,8 @@ def _build_flex(shape: Shape) -> AttentionFn:
     torch._dynamo.reset()
     attend = torch.compile(flex_attention, dynamic=False)
     arguments = {"enable_gqa": True} if shape.kv_heads != shape.nheads else {}
+    if shape.softcap:
+        arguments["score_mod"] = _softcap(shape.softcap)
     if shape.causal:
         mask = _causal_mask(shape.seqlen - shape.q_seqlen)
         arguments["block_mask"] = create_block_mask(mask, None, None, shape.q_seqlen, shape.seqlen, device="cuda")

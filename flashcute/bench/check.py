@@ -53,10 +53,10 @@ class Reference:
     """The packed batch's sequence lengths, to sample a backend's tensors as the inputs were; empty when dense."""
 
 
-def _outputs(attention, qkv: list[torch.Tensor], dout: torch.Tensor | None, causal: bool) -> dict[str, torch.Tensor]:
-    """out, and dq, dk, dv when dout is given, of attention(q, k, v, causal=causal)."""
+def _outputs(attention, qkv: list[torch.Tensor], dout: torch.Tensor | None, shape: Shape) -> dict[str, torch.Tensor]:
+    """out, and dq, dk, dv when dout is given, of attention(q, k, v) with the shape's causal and softcap."""
     leaves = [t.detach().requires_grad_(dout is not None) for t in qkv]
-    out = attention(*leaves, causal=causal)
+    out = attention(*leaves, causal=shape.causal, softcap=shape.softcap)
     if dout is None:
         return {"out": out.detach()}
     dq, dk, dv = torch.autograd.grad(out, leaves, dout)
@@ -66,9 +66,9 @@ def _outputs(attention, qkv: list[torch.Tensor], dout: torch.Tensor | None, caus
 def _per_sequence(attention: Callable[..., torch.Tensor], lengths: tuple[int, ...]) -> Callable[..., torch.Tensor]:
     """``attention`` over a packed (tokens, nheads, headdim) batch of sequences ``lengths``, one at a time."""
 
-    def packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    def packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> torch.Tensor:
         parts = zip(*(t.split(lengths) for t in (q, k, v)), strict=True)
-        return torch.cat([attention(qs[None], ks[None], vs[None], causal=causal)[0] for qs, ks, vs in parts])
+        return torch.cat([attention(qs[None], ks[None], vs[None], **options)[0] for qs, ks, vs in parts])
 
     return packed
 
@@ -91,8 +91,8 @@ def make_reference(inputs: InputSet, shape: Shape) -> Reference:
     k, v = (contiguous_cache(t, shape) for t in (inputs.k, inputs.v))
     qkv = [sample(t, shape.lengths) for t in (inputs.q, k, v)]
     dout = None if inputs.dout is None else sample(inputs.dout, shape.lengths)
-    expected = _outputs(exact, [t.double() for t in qkv], None if dout is None else dout.double(), shape.causal)
-    baseline = _outputs(same_precision, qkv, dout, shape.causal)
+    expected = _outputs(exact, [t.double() for t in qkv], None if dout is None else dout.double(), shape)
+    baseline = _outputs(same_precision, qkv, dout, shape)
     budget = {
         name: {metric: 2 * err + ATOL[metric] for metric, err in errors(baseline[name], expected[name]).items()}
         for name in expected

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flashcute.bench import meta
 from flashcute.bench.backends import select_backends
-from flashcute.bench.command import add_grid_arguments, add_timing_arguments, grid_from_flags, no_gpu
+from flashcute.bench.command import add_grid_arguments, add_timing_arguments, comma_list, grid_from_flags, no_gpu
 from flashcute.bench.flops import PASSES
 from flashcute.bench.graphs import decode_graph
 from flashcute.bench.grid import (
@@ -38,6 +38,12 @@ QUICK_TIMING_MS = (5.0, 20.0)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     grid = add_grid_arguments(parser, FULL, "grid (default: design.md's; each flag narrows or overrides it)")
     grid.add_argument("--quick", action="store_true", help="a tiny grid and short timing, for smoke tests")
+    grid.add_argument(
+        "--softcap",
+        type=comma_list(float),
+        help="comma list of caps (0: none) crossed with the grid, scores capped to softcap * tanh(score / softcap) "
+        "(default: 0); backends that cannot cap report so",
+    )
     case = grid.add_mutually_exclusive_group()
     case.add_argument("--varlen", action="store_true", help=_varlen_help())
     case.add_argument("--decode", action="store_true", help=_decode_help())
@@ -92,7 +98,8 @@ def grid_spec(args: argparse.Namespace) -> GridSpec | VarlenSpec | DecodeSpec:
         return grid_from_flags(args, VARLEN_QUICK if args.quick else VARLEN)
     if args.decode:
         return grid_from_flags(args, DECODE_QUICK if args.quick else DECODE)
-    return grid_from_flags(args, QUICK if args.quick else FULL)
+    spec = grid_from_flags(args, QUICK if args.quick else FULL)
+    return dataclasses.replace(spec, softcaps=args.softcap) if args.softcap else spec
 
 
 def refusal(args: argparse.Namespace) -> str | None:
@@ -101,6 +108,8 @@ def refusal(args: argparse.Namespace) -> str | None:
         return "--varlen sets its own lengths and batch; drop --seqlen and --batch"
     if args.decode and (args.seqlen or args.batch or args.nheads):
         return "--decode sets its own shapes; drop --seqlen, --batch and --nheads"
+    if (args.varlen or args.decode) and args.softcap:
+        return "--softcap applies to the dense grid; drop --varlen or --decode"
     if args.decode and args.pass_ != "fwd":
         return "--decode times inference (flash_attn_with_kvcache has no backward); drop --pass"
     return None

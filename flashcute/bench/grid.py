@@ -52,12 +52,14 @@ class Shape:
     """K/V heads (grouped-query attention: query head h reads K/V head h // (nheads // nheads_k)); None: nheads."""
     page_size: int = 0
     """A decode shape's cache page size; 0: a contiguous cache."""
+    softcap: float = 0.0
+    """Scores capped to softcap * tanh(score / softcap) (Gemma 2); 0: not capped."""
 
     @property
-    def group(self) -> tuple[str, int, bool | None]:
+    def group(self) -> tuple[str, int, bool | None, float]:
         """Shapes that differ only in size (seqlen, batch, packing) share a group: one table, one plot. Decode
         shapes of a dtype and head dim share one group whatever their mask (None): one table of decode steps."""
-        return (self.dtype, self.headdim, None if self.decode else self.causal)
+        return (self.dtype, self.headdim, None if self.decode else self.causal, self.softcap)
 
     @property
     def packed(self) -> bool:
@@ -131,7 +133,7 @@ class Shape:
 
     def label(self) -> str:
         if self.decode:
-            return f"{group_label((self.dtype, self.headdim, self.causal))} · {self._decode_size}"
+            return f"{group_label((self.dtype, self.headdim, self.causal, self.softcap))} · {self._decode_size}"
         tokens = f" ({self.tokens} tokens)" if self.packed else ""
         return f"{group_label(self.group)} · L={self.length_label} B={self.batch}{tokens} H={self.nheads}"
 
@@ -146,6 +148,7 @@ class GridSpec:
     seqlens: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
     batch: int | None = None
     nheads: int | None = None
+    softcaps: tuple[float, ...] = (0.0,)
 
 
 FULL = GridSpec()
@@ -237,7 +240,7 @@ def make_grid(spec: GridSpec | VarlenSpec | DecodeSpec) -> list[Shape]:
         return _varlen_grid(spec)
     if isinstance(spec, DecodeSpec):
         return _decode_grid(spec)
-    combos = itertools.product(spec.dtypes, spec.headdims, spec.causals, sorted(spec.seqlens))
+    combos = itertools.product(spec.softcaps, spec.dtypes, spec.headdims, spec.causals, sorted(spec.seqlens))
     return [
         Shape(
             dtype=dtype,
@@ -246,8 +249,9 @@ def make_grid(spec: GridSpec | VarlenSpec | DecodeSpec) -> list[Shape]:
             seqlen=seqlen,
             batch=spec.batch or max(1, TOKENS // seqlen),
             nheads=spec.nheads or max(1, HIDDEN // headdim),
+            softcap=softcap,
         )
-        for dtype, headdim, causal, seqlen in combos
+        for softcap, dtype, headdim, causal, seqlen in combos
     ]
 
 
@@ -285,8 +289,9 @@ def seqlen_label(seqlen: int) -> str:
     return f"{seqlen // 1024}k" if seqlen % 1024 == 0 else str(seqlen)
 
 
-def group_label(group: tuple[str, int, bool | None]) -> str:
-    """A group's title: "bf16 · D=128 · causal"; for the decode shapes' group (mask None) "bf16 · D=128 · decode"."""
-    dtype, headdim, causal = group
+def group_label(group: tuple[str, int, bool | None, float]) -> str:
+    """A group's title: "bf16 · D=128 · causal" ("· softcap 30" when capped); for the decode shapes' group (mask
+    None) "bf16 · D=128 · decode"."""
+    dtype, headdim, causal, softcap = group
     mask = "decode" if causal is None else "causal" if causal else "non-causal"
-    return f"{dtype} · D={headdim} · {mask}"
+    return f"{dtype} · D={headdim} · {mask}" + (f" · softcap {softcap:g}" if softcap else "")

@@ -61,10 +61,11 @@ def write_plots(results: Results, out_dir: Path) -> list[Path]:
     colors = {backend: f"C{i % 10}" for i, backend in enumerate(backend_names(results.rows))}  # same in every plot
     paths = []
     for group, rows in by_group(results.rows).items():
-        dtype, headdim, causal = group
+        dtype, headdim, causal, softcap = group
         pass_ = rows[0].pass_
         mask = "decode" if causal is None else "causal" if causal else "noncausal"
-        path = out_dir / f"{pass_}_{dtype}_d{headdim}_{mask}.png"
+        capped = f"_softcap{softcap:g}" if softcap else ""
+        path = out_dir / f"{pass_}_{dtype}_d{headdim}_{mask}{capped}.png"
         plot_group(rows, f"{pass_} · {group_label(group)} · {gpu}".rstrip(" ·"), colors, path)
         paths.append(path)
     return paths
