@@ -177,14 +177,19 @@ def flash_attn_with_kvcache(
     a = args.attention
     name = kernel or "auto"
     if seqlen_q == 1 or not a.has_mask:  # unmasked, or one query row whose mask is a range of keys
-        if seqlen_q == 1 and a.window_left >= 0:
-            window_start = end - 1 - min(a.window_left, capacity)
-            start = window_start.clamp_(min=0) if start is None else torch.maximum(start, window_start)
+        windowed = seqlen_q == 1 and a.window_left >= 0
         split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
-        if start is None:
-            chunks = split.key_chunks(first_rows, end, batch * capacity)
+        if cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
+            last = capacity if filled is None else min(filled + args.seqlen_new, capacity)
+            chunks = split.constant_chunks(capacity, max(last - 1 - a.window_left, 0) if windowed else 0, last)
         else:
-            chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
+            if windowed:
+                window_start = end - 1 - min(a.window_left, capacity)
+                start = window_start.clamp_(min=0) if start is None else torch.maximum(start, window_start)
+            if start is None:
+                chunks = split.key_chunks(first_rows, end, batch * capacity)
+            else:
+                chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
         out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap)
         return (out, lse) if return_lse else out
 

@@ -76,6 +76,7 @@ class SplitPlan:
         self.max_keys = max_keys
         self._offsets: torch.Tensor | None = None
         self._cu_seqlens_q: torch.Tensor | None = None
+        self._constant_chunks: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def key_chunks(
         self, first_key: torch.Tensor, key_count: torch.Tensor, key_rows: int
@@ -93,6 +94,22 @@ class SplitPlan:
         starts = first_key[:, None] + torch.minimum(offsets, key_count[:, None])
         used = (key_count[:, None] - offsets).clamp_(0, self.chunk)
         return F.pad(starts.flatten(), (0, 1), value=key_rows), used.flatten()
+
+    def constant_chunks(self, seq_rows: int, first: int, last: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """key_chunks when every sequence attends its keys first .. last - 1, sequence b's rows starting at b *
+        seq_rows (a cache filled to one length): the same tensors at every such call, made once (a few lengths
+        kept; a length that changes every call makes them anew, as key_chunks would)."""
+        key = (seq_rows, first, last)
+        chunks = self._constant_chunks.get(key)
+        if chunks is None:
+            starts = row_starts(self.batch, seq_rows, self.device)
+            count = filled(self.batch, last - first, self.device)
+            chunks = self.key_chunks(starts + first if first else starts, count, self.batch * seq_rows)
+            if _kept(chunks[0]) is not None:
+                if len(self._constant_chunks) >= 8:
+                    self._constant_chunks.clear()
+                self._constant_chunks[key] = chunks
+        return chunks
 
     def attention(
         self,

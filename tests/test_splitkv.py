@@ -61,6 +61,19 @@ def _key_range(monkeypatch, batch, seqlen_q, seqlen_k, nheads, nheads_k, **optio
     return interface._split_key_range(args, q, k, k)
 
 
+def test_a_cache_filled_to_one_length_makes_its_chunks_once(monkeypatch):
+    """Every sequence attending the same keys (an int cache_seqlens): the chunks are key_chunks' for those lengths,
+    made at the first such call and the same tensors at the next."""
+    monkeypatch.setattr(splitkv, "num_sms", lambda device: 132)
+    plan = splitkv.SplitPlan(2, 1, 8, 2, 4096, 3, "cpu")
+    chunks = plan.constant_chunks(4096, 10, 3000)
+    assert plan.constant_chunks(4096, 10, 3000) is chunks
+    first = torch.tensor([10, 4106], dtype=torch.int32)
+    expected = plan.key_chunks(first, torch.tensor([2990, 2990], dtype=torch.int32), 2 * 4096)
+    assert all(torch.equal(got, want) for got, want in zip(chunks, expected, strict=True))
+    assert chunks[1].tolist() == [1408, 1408, 174, 1408, 1408, 174]  # 3 chunks of 11 key tiles, the last partial
+
+
 @pytest.mark.parametrize(
     "sizes, options, expected",
     [
