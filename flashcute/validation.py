@@ -16,6 +16,11 @@ or offset = 0 for "top_left" (the seed article's rule j <= i), query i sees key 
     (window_left < 0 or j >= i + offset - window_left) and (window_right < 0 or j <= i + offset + window_right)
 
 causal=True is window_right = 0 (window_left is kept as given), exactly as in flash_attn.
+
+Score variants given as tensors: learnable_sink (nheads,), one logit per query head that joins every row's softmax
+denominator (flash-attn-4), and alibi_slopes (nheads,) or (batch, nheads), the ALiBi bias -slope * |i + offset - j|
+added to the scores (flash_attn 2). Both are float tensors on q's device; the references compute them, the CUDA
+kernels refuse them (`validate_cuda_inputs`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,9 +41,11 @@ KV_DIMS = ("batch", "seqlen_k", "nheads_k", "headdim")
 
 @dataclass(frozen=True)
 class AttentionArgs:
-    """Validated, resolved attention arguments: sizes, the scale and the mask window.
+    """Validated, resolved attention arguments: sizes, the scale, the mask window and the score variants.
 
     softmax_scale is resolved (None became 1/sqrt(headdim)); causal is already folded into window_right = 0.
+    learnable_sink and alibi_slopes are the tensors given (or None); tensors do not compare by value, so == and the
+    hash leave them out.
     """
 
     batch: int
@@ -53,6 +60,8 @@ class AttentionArgs:
     window_left: int
     window_right: int
     softcap: float
+    learnable_sink: torch.Tensor | None = field(default=None, compare=False)
+    alibi_slopes: torch.Tensor | None = field(default=None, compare=False)
 
     @property
     def has_mask(self) -> bool:
@@ -79,6 +88,8 @@ def validate_attention_args(
     causal_align: str = "bottom_right",
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> AttentionArgs:
     """Check q, k, v shapes and the attention options; return them resolved as `AttentionArgs`.
 
@@ -93,21 +104,48 @@ def validate_attention_args(
         nheads_k=nheads_k,
         headdim=headdim,
         causal_align=_check_causal_align(causal_align),
-        **_score_options(headdim, softmax_scale, causal, window_size, softcap),
+        **_score_options(
+            q, batch, nheads, headdim, softmax_scale, causal, window_size, softcap, learnable_sink, alibi_slopes
+        ),
     )
 
 
-def _score_options(headdim: int, softmax_scale: Any, causal: Any, window_size: Any, softcap: Any) -> dict[str, Any]:
-    """softmax_scale, causal, window_left, window_right and softcap checked and resolved (None scale: 1/sqrt(headdim);
-    causal folded into window_right = 0), as every entry's args take them."""
+def _score_options(
+    q: Any,
+    batch: int,
+    nheads: int,
+    headdim: int,
+    softmax_scale: Any,
+    causal: Any,
+    window_size: Any,
+    softcap: Any,
+    learnable_sink: Any,
+    alibi_slopes: Any,
+) -> dict[str, Any]:
+    """softmax_scale, causal, window_left, window_right, softcap, learnable_sink and alibi_slopes checked and
+    resolved (None scale: 1/sqrt(headdim); causal folded into window_right = 0), as every entry's args take them.
+    batch and nheads are the sizes the two tensors index: sequences and query heads."""
     window_left, window_right = _check_window(window_size)
-    return {
+    options = {
         "softmax_scale": _check_scale(softmax_scale, headdim),
         "causal": _check_causal(causal),
         "window_left": window_left,
         "window_right": 0 if causal else window_right,
         "softcap": _check_softcap(softcap),
     }
+    heads = f"(nheads,) = ({nheads},)"
+    if learnable_sink is not None:
+        _check_float_tensor("learnable_sink", learnable_sink, q, ((nheads,),), heads)
+    if alibi_slopes is not None:
+        _check_float_tensor(
+            "alibi_slopes",
+            alibi_slopes,
+            q,
+            ((nheads,), (batch, nheads)),
+            f"{heads} or (batch, nheads) = ({batch}, {nheads})",
+        )
+        _check_finite("alibi_slopes", alibi_slopes)
+    return options | {"learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes}
 
 
 @dataclass(frozen=True)
@@ -116,7 +154,8 @@ class VarlenArgs:
 
     Sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, its keys the same rows of k and v
     by cu_seqlens_k; only the first seqused_q[b] / seqused_k[b] of them count where those are given. Masks align
-    each sequence's diagonal bottom-right (flash_attn's convention): offset = its seqlen_k - its seqlen_q.
+    each sequence's diagonal bottom-right (flash_attn's convention): offset = its seqlen_k - its seqlen_q, which also
+    places each sequence's ALiBi distances. alibi_slopes (batch, nheads) index the sequences.
     """
 
     batch: int
@@ -132,6 +171,8 @@ class VarlenArgs:
     window_left: int
     window_right: int
     softcap: float
+    learnable_sink: torch.Tensor | None = field(default=None, compare=False)
+    alibi_slopes: torch.Tensor | None = field(default=None, compare=False)
 
 
 VARLEN_Q_DIMS = ("total_q", "nheads", "headdim")
@@ -152,10 +193,12 @@ def validate_varlen_args(
     causal: bool = False,
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> VarlenArgs:
-    """Check a packed batch's shapes, sequence tensors and options without reading device memory (no host sync);
-    `validate_varlen_values` checks the values of the sequence tensors. Raises TypeError / ValueError naming the
-    argument, the value given and what is allowed."""
+    """Check a packed batch's shapes, sequence tensors and options without reading device memory (no host sync; only
+    alibi_slopes, when given, are read, to check they are finite); `validate_varlen_values` checks the values of the
+    sequence tensors. Raises TypeError / ValueError naming the argument, the value given and what is allowed."""
     total_q, nheads, headdim = _shape("q", q, VARLEN_Q_DIMS, empty_rows=True)
     total_k, nheads_k, _ = k_shape = _shape("k", k, VARLEN_KV_DIMS, empty_rows=True)
     v_shape = _shape("v", v, VARLEN_KV_DIMS, empty_rows=True)
@@ -184,7 +227,9 @@ def validate_varlen_args(
         nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
-        **_score_options(headdim, softmax_scale, causal, window_size, softcap),
+        **_score_options(
+            q, batch, nheads, headdim, softmax_scale, causal, window_size, softcap, learnable_sink, alibi_slopes
+        ),
     )
 
 
@@ -359,6 +404,32 @@ def _check_softcap(softcap: Any) -> float:
     return float(softcap)
 
 
+def _check_float_tensor(name: str, t: Any, q: Any, shapes: tuple[tuple[int, ...], ...], layout: str) -> None:
+    """Check ``t`` is a floating-point torch.Tensor of one of ``shapes`` (``layout`` names them in the message) on
+    q's device, the CPU where q is a numpy array."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a floating-point torch.Tensor {layout}, got {type(t).__name__}")
+    if not t.dtype.is_floating_point:
+        raise TypeError(f"{name} must have a floating-point dtype, got {t.dtype}")
+    if tuple(t.shape) not in shapes:
+        raise ValueError(f"{name} must have shape {layout}, got {tuple(t.shape)}")
+    device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
+    if t.device != device:
+        raise ValueError(f"{name} must be on q's device ({device}), got {t.device}")
+
+
+def _check_finite(name: str, t: torch.Tensor) -> None:
+    """Every entry of ``t`` must be finite (reads the values: one host sync for a CUDA tensor)."""
+    import torch
+
+    finite = torch.isfinite(t)
+    if not finite.all():
+        index = tuple(int(i) for i in (~finite).nonzero()[0])
+        raise ValueError(f"{name} must be finite, got {t[index].item()} at index {index}")
+
+
 # ---- CUDA kernel inputs -------------------------------------------------------------------------------------
 
 KERNEL_DTYPES = ("float16", "bfloat16")
@@ -368,12 +439,20 @@ KERNEL_MAX_HEADDIM = 256
 def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[Any, Any, Any]:
     """Check what the CUDA kernels need beyond `validate_attention_args`; return q, k, v ready to launch.
 
+    The kernels take no learnable_sink or alibi_slopes yet: a call with either is refused here, before any launch.
+
     The kernels read 16-byte vectors, so every row (the last dim) must be contiguous and start on a 16-byte
     boundary: every other stride divisible by 16 bytes (and the data pointer, see `validate_pointers`). Strides
     of size-1 dims never move a pointer, so misaligned ones there are replaced (a view, no copy).
     """
     import torch
 
+    for name in ("learnable_sink", "alibi_slopes"):
+        if getattr(args, name) is not None:
+            raise ValueError(
+                f"{name} is not supported by flashcute's CUDA kernels yet (flashcute.reference's CPU references "
+                "compute it)"
+            )
     tensors = {"q": q, "k": k, "v": v}
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
@@ -472,8 +551,11 @@ def validate_kvcache_args(
     rotary_interleaved: Any = True,
     num_splits: Any = 0,
     return_lse: Any = False,
+    learnable_sink: Any = None,
+    alibi_slopes: Any = None,
 ) -> KvcacheArgs:
-    """Check flash_attn_with_kvcache's shapes, dtypes, devices and options without reading device memory; raise
+    """Check flash_attn_with_kvcache's shapes, dtypes, devices and options without reading device memory (only
+    alibi_slopes, when given, are read, to check they are finite); raise
     TypeError / ValueError naming the argument, the value given and what is allowed. What the CUDA kernels need
     beyond this (dtype, head dim, row alignment) is checked by the caller that launches them."""
     import torch
@@ -547,7 +629,9 @@ def validate_kvcache_args(
         nheads_k=nheads_k,
         headdim=headdim,
         causal_align="bottom_right",
-        **_score_options(headdim, softmax_scale, causal, window_size, softcap),
+        **_score_options(
+            q, batch, nheads, headdim, softmax_scale, causal, window_size, softcap, learnable_sink, alibi_slopes
+        ),
     )
     return KvcacheArgs(attention, seqlen_new, rows if paged else None, rotary_dim)
 

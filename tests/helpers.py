@@ -53,9 +53,22 @@ class Problem:
         )
 
 
+# A sink's logit: mostly near the scores, sometimes far below them, or -inf (a sink that adds nothing).
+SINK_VALUES = st.one_of(st.floats(-4, 4), st.sampled_from([-30.0, -math.inf]))
+
+
 @st.composite
-def problems(draw: st.DrawFn, max_seqlen: int = 12, masks: bool = True, softcap: bool = True) -> Problem:
-    """Small problems hitting seqlen 1, odd lengths, seqlen_q != seqlen_k both ways, GQA, causal, windows."""
+def problems(
+    draw: st.DrawFn,
+    max_seqlen: int = 12,
+    masks: bool = True,
+    softcap: bool = True,
+    sinks: bool = False,
+    alibi: bool = False,
+) -> Problem:
+    """Small problems hitting seqlen 1, odd lengths, seqlen_q != seqlen_k both ways, GQA, causal, windows; with
+    ``sinks`` / ``alibi``, half of them also get a float32 learnable_sink (nheads,) / alibi_slopes of shape
+    (nheads,) or (batch, nheads)."""
     nheads_k = draw(st.integers(1, 2))
     options = {"softmax_scale": draw(st.sampled_from([None, 0.4, 1.3]))}
     if masks:
@@ -64,16 +77,18 @@ def problems(draw: st.DrawFn, max_seqlen: int = 12, masks: bool = True, softcap:
         options["window_size"] = (draw(st.integers(-1, 5)), draw(st.integers(-1, 5)))
     if softcap:
         options["softcap"] = draw(st.sampled_from([0.0, 0.0, 2.5]))
-    return Problem(
-        batch=draw(st.integers(1, 2)),
-        seqlen_q=draw(st.integers(1, max_seqlen)),
-        seqlen_k=draw(st.integers(1, max_seqlen)),
-        nheads=nheads_k * draw(st.integers(1, 3)),
-        nheads_k=nheads_k,
-        headdim=draw(st.integers(1, 5)),
-        seed=draw(st.integers(0, 2**31 - 1)),
-        options=options,
-    )
+    batch = draw(st.integers(1, 2))
+    seqlen_q, seqlen_k = draw(st.integers(1, max_seqlen)), draw(st.integers(1, max_seqlen))
+    nheads = nheads_k * draw(st.integers(1, 3))
+    headdim, seed = draw(st.integers(1, 5)), draw(st.integers(0, 2**31 - 1))
+    if sinks and draw(st.booleans()):
+        values = draw(st.lists(SINK_VALUES, min_size=nheads, max_size=nheads))
+        options["learnable_sink"] = torch.tensor(values, dtype=torch.float32)
+    if alibi and draw(st.booleans()):
+        shape = draw(st.sampled_from([(nheads,), (batch, nheads)]))
+        values = draw(st.lists(st.floats(0, 1.5), min_size=math.prod(shape), max_size=math.prod(shape)))
+        options["alibi_slopes"] = torch.tensor(values, dtype=torch.float32).reshape(shape)
+    return Problem(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, seed, options)
 
 
 def check_against_spec(out, lse, q, k, v, atol=1e-4, **options) -> None:

@@ -11,6 +11,8 @@ import torch
 from flashcute.validation import (
     AttentionArgs,
     validate_attention_args,
+    validate_cuda_inputs,
+    validate_kvcache_args,
     validate_tile_sizes,
     validate_varlen_args,
     validate_varlen_values,
@@ -41,6 +43,7 @@ def test_resolves_sizes_and_defaults():
         softcap=0.0,
     )
     assert not args.has_mask and args.diagonal_offset == 2 and args.qheads_per_kvhead == 2
+    assert args.learnable_sink is None and args.alibi_slopes is None
 
 
 def test_causal_is_window_right_zero_and_keeps_window_left():
@@ -225,3 +228,63 @@ def test_seqused_bounds_the_lengths_max_seqlen_must_cover():
     given = packed_args(seqused_q=torch.tensor([2, 3], dtype=torch.int32), max_seqlen_q=3)
     args = validate_varlen_args(**given)
     validate_varlen_values(args, given["cu_seqlens_q"], given["cu_seqlens_k"], given["seqused_q"], None)
+
+
+# ---- learnable_sink and alibi_slopes ----------------------------------------------------------------------------
+
+
+def test_records_the_score_tensors_as_given():
+    sink, slopes = torch.tensor([-1e30, -math.inf, 0.5, 3.0], dtype=torch.bfloat16), torch.rand(2, 4)
+    args = validate_attention_args(Q, KV, KV, learnable_sink=sink, alibi_slopes=slopes)
+    assert args.learnable_sink is sink and args.alibi_slopes is slopes
+    assert args == validate_attention_args(Q, KV, KV)  # tensors are left out of ==
+    per_head = validate_attention_args(Q, KV, KV, alibi_slopes=torch.rand(4, dtype=torch.float64))
+    assert per_head.alibi_slopes.shape == (4,)
+
+
+HEADS = "(nheads,) = (4,)"
+SLOPES = f"{HEADS} or (batch, nheads) = (2, 4)"
+SCORE_TENSOR_ERRORS = [
+    ("learnable_sink", [0.0] * 4, TypeError, f"must be a floating-point torch.Tensor {HEADS}, got list"),
+    ("learnable_sink", torch.zeros(4, dtype=torch.int8), TypeError, "must have a floating-point dtype, got torch.int8"),
+    ("learnable_sink", torch.zeros(2), ValueError, f"must have shape {HEADS}, got (2,)"),
+    ("learnable_sink", torch.zeros(2, 4), ValueError, f"must have shape {HEADS}, got (2, 4)"),
+    ("learnable_sink", torch.zeros(4, device="meta"), ValueError, "must be on q's device (cpu), got meta"),
+    ("alibi_slopes", np.zeros(4), TypeError, f"must be a floating-point torch.Tensor {SLOPES}, got ndarray"),
+    ("alibi_slopes", torch.zeros(4, dtype=torch.int64), TypeError, "must have a floating-point dtype, got torch.int64"),
+    ("alibi_slopes", torch.zeros(3, 4), ValueError, f"must have shape {SLOPES}, got (3, 4)"),
+    ("alibi_slopes", torch.zeros(2, 4, device="meta"), ValueError, "must be on q's device (cpu), got meta"),
+    ("alibi_slopes", torch.tensor([0.5, math.nan, 0.1, 0.2]), ValueError, "must be finite, got nan at index (1,)"),
+    ("alibi_slopes", torch.tensor([[0.5] * 4, [0, 0, -math.inf, 0]]), ValueError, "got -inf at index (1, 2)"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "error", "message"), SCORE_TENSOR_ERRORS)
+def test_score_tensor_errors(name, value, error, message):
+    with pytest.raises(error, match=re.escape(message)) as info:
+        validate_attention_args(Q, KV, KV, **{name: value})
+    assert str(info.value).startswith(f"{name} must")
+
+
+def test_score_tensors_index_the_sequences_of_a_packed_batch_and_q_of_a_kv_cache():
+    args = validate_varlen_args(**packed_args(), learnable_sink=torch.zeros(4), alibi_slopes=torch.zeros(2, 4))
+    assert args.learnable_sink.shape == (4,) and args.alibi_slopes.shape == (2, 4)
+    with pytest.raises(ValueError, match=re.escape("(batch, nheads) = (2, 4), got (10, 4)")):
+        validate_varlen_args(**packed_args(), alibi_slopes=torch.zeros(10, 4))
+    q, cache = torch.zeros(3, 1, 4, 8), torch.zeros(3, 6, 2, 8)
+    kvcache = validate_kvcache_args(q, cache, cache, learnable_sink=torch.zeros(4), alibi_slopes=torch.zeros(3, 4))
+    assert kvcache.attention.learnable_sink.shape == (4,) and kvcache.attention.alibi_slopes.shape == (3, 4)
+    with pytest.raises(ValueError, match=re.escape("learnable_sink must have shape (nheads,) = (4,), got (2,)")):
+        validate_kvcache_args(q, cache, cache, learnable_sink=torch.zeros(2))
+
+
+@pytest.mark.parametrize("name", ["learnable_sink", "alibi_slopes"])
+def test_cuda_kernels_refuse_them_before_any_other_check(name):
+    q, kv = torch.zeros(2, 3, 4, 8), torch.zeros(2, 5, 2, 8)
+    message = f"{name} is not supported by flashcute's CUDA kernels yet"
+    args = validate_attention_args(q, kv, kv, **{name: torch.zeros(4)})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        validate_cuda_inputs(q, kv, kv, args)
+    packed = validate_varlen_args(**packed_args(), **{name: torch.zeros(4)})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        validate_cuda_inputs(q, kv, kv, packed)

@@ -8,7 +8,7 @@ import math
 import torch
 
 from flashcute.kvcache import validate_kvcache_args
-from flashcute.reference.naive import attention_ref
+from flashcute.reference.naive import attention_ref, sequence_slopes
 
 
 def attention_kvcache_ref(
@@ -28,6 +28,8 @@ def attention_kvcache_ref(
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     rotary_interleaved: bool = True,
+    learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """What ``flashcute.flash_attn_with_kvcache`` computes, with the same arguments (any float dtype, any device),
     spelled out; the caches given are not modified. Sequence b's position p lies in cache row
@@ -42,7 +44,9 @@ def attention_kvcache_ref(
        position cache_seqlens[b] + i, sequence after sequence.
     3. Sequence b's keys are its positions cache_leftpad[b] (default 0) .. cache_seqlens[b] + seqlen_new - 1
        (the whole capacity without cache_seqlens) of the updated copies; its queries attend to them by
-       `attention_ref` (causal and window aligned bottom-right). A sequence with no key gets O = 0, LSE = -inf.
+       `attention_ref` (causal, window and ALiBi distances aligned bottom-right: the last query at the last key's
+       position), with learnable_sink (nheads,) and alibi_slopes (nheads,) or (batch, nheads) as there. A
+       sequence with no key gets O = 0 and LSE = the sink (-inf without one).
 
     The values that flash_attn_with_kvcache cannot check without reading them on the host are checked here
     (ValueError): cache_seqlens, cache_leftpad, cache_batch_idx and the pages in use within their ranges, rotary
@@ -68,7 +72,10 @@ def attention_kvcache_ref(
         window_size,
         softcap,
         rotary_interleaved,
+        learnable_sink=learnable_sink,
+        alibi_slopes=alibi_slopes,
     )
+    sink = args.attention.learnable_sink
     batch, seqlen_q, nheads, headdim = q.shape
     capacity, page = args.capacity, args.page_block_size
     if cache_seqlens is None:
@@ -135,12 +142,14 @@ def attention_kvcache_ref(
             queries = torch.stack([rotated(queries[i], filled[b] + (i if per_row else 0)) for i in range(seqlen_q)])
         positions = range(starts[b], ends[b])
         if not positions:
+            if sink is not None:
+                lse[b] = sink.to(torch.float64)[:, None]
             continue
         rows, offsets = zip(*(slot(b, p) for p in positions), strict=True)
         rows, offsets = torch.tensor(rows, device=q.device), torch.tensor(offsets, device=q.device)
         keys, values = k_cache[rows, offsets], v_cache[rows, offsets]
-        out_b, lse_b = attention_ref(
-            queries[None], keys[None], values[None], softmax_scale, causal, "bottom_right", window_size, softcap, True
-        )
+        variants = {"learnable_sink": sink, "alibi_slopes": sequence_slopes(args.attention.alibi_slopes, b)}
+        options = {"softmax_scale": softmax_scale, "causal": causal, "window_size": window_size, "softcap": softcap}
+        out_b, lse_b = attention_ref(queries[None], keys[None], values[None], **options, **variants, return_lse=True)
         out[b], lse[b] = out_b[0], lse_b[0]
     return out, lse, k_cache, v_cache

@@ -7,11 +7,12 @@ Q tile can see, keeping a running row max m, row sum l and output numerator U (t
     for n_block in n_block_range(...):                    K/V tiles wholly masked for this Q tile are skipped
         acc_s = gemm_qk(q_tile, k_tile)                   S = Q K^T, raw scores (the scale comes later)
         acc_s = apply_softcap(acc_s, ...)                 only when softcap > 0
+        acc_s = apply_alibi(acc_s, ...)                   only with alibi_slopes: the bias -slope * |i + offset - j|
         acc_s = apply_mask(acc_s, ...)                    only on tiles crossing the mask edge or the seqlen_k tail
         acc_p, alpha, state = online_softmax(state, acc_s, scale_log2)
         acc_o = rescale_o(acc_o, alpha)                   U *= alpha
         acc_o = gemm_pv(acc_o, acc_p, v_tile)             U += E V
-    out, lse = finalize(state, acc_o, scale_log2)         O = U / l, LSE
+    out, lse = finalize(state, acc_o, scale_log2, sink)   O = U / l, LSE; a learnable sink joins l here
 
 Like the GPU kernel it works in the exp2 domain, exp(s * x) = exp2(scale_log2 * x) with scale_log2 = s * log2(e),
 and it loads whole tiles with zero-filled rows past the end of Q, K and V (so tail tiles are masked, not trimmed).
@@ -22,7 +23,8 @@ Two number systems run through the same code:
     an exact power of two, so exact mode needs every exp2 argument to be an integer: scale_log2 must be rational
     (softmax_scale a rational multiple of ln 2, e.g. math.log(2), which gives scale_log2 = 1) and scale_log2 times
     each score an integer (integer inputs with scale ln 2 are the seed's example). Anything else raises
-    `InexactError`. Exact LSE is reported as lse_arg with LSE = ln(lse_arg) (e.g. ln 8), plus its float value.
+    `InexactError`, as do softcap, learnable_sink and alibi_slopes (tanh, exp(sink) and exp(slope * distance) are
+    irrational). Exact LSE is reported as lse_arg with LSE = ln(lse_arg) (e.g. ln 8), plus its float value.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flashcute.reference.naive import visibility_mask
+from flashcute.reference.naive import alibi_distance, visibility_mask
 from flashcute.validation import AttentionArgs, validate_attention_args, validate_tile_sizes
 
 LN2 = math.log(2.0)
@@ -71,7 +73,7 @@ class RoundTrace:
     n_block: int
     keys: range  # the keys of this tile that exist (< seqlen_k)
     masked: bool  # whether apply_mask ran on this tile
-    acc_s: np.ndarray  # (block_m, block_n) S after gemm_qk, apply_softcap and apply_mask
+    acc_s: np.ndarray  # (block_m, block_n) S after gemm_qk, apply_softcap, apply_alibi and apply_mask
     row_max: np.ndarray  # (block_m,) m' after this round
     row_sum: np.ndarray  # (block_m,) l' after this round
     alpha: np.ndarray  # (block_m,) factor applied to the old l and U
@@ -155,6 +157,12 @@ def resolve_scale_log2(args: AttentionArgs, exact: bool) -> float | Fraction:
     scale_log2 = softcap * log2(e). Exact mode needs scale_log2 rational, so softmax_scale must be a rational multiple
     of ln 2; it is recovered from the float as the nearest fraction with denominator <= 1000 (math.log(2) -> 1).
     """
+    if exact and args.learnable_sink is not None:
+        raise InexactError("exact mode cannot add learnable_sink (exp(sink) is irrational); use exact=False")
+    if exact and args.alibi_slopes is not None:
+        raise InexactError(
+            "exact mode cannot apply alibi_slopes (exp(slope * distance) is irrational); use exact=False"
+        )
     if args.softcap > 0:
         if exact:
             raise InexactError(f"exact mode cannot apply softcap={args.softcap} (tanh is irrational); use exact=False")
@@ -245,6 +253,23 @@ def apply_softcap(acc_s: np.ndarray, args: AttentionArgs) -> np.ndarray:
     return np.tanh(acc_s * (args.softmax_scale / args.softcap))
 
 
+def score_unit(args: AttentionArgs) -> float:
+    """c with score = c * acc_s after apply_softcap: softmax_scale, or softcap when the scores are capped (softcap
+    moved into scale_log2 = c * log2(e)). A bias in score units enters acc_s divided by c."""
+    return args.softcap if args.softcap > 0 else args.softmax_scale
+
+
+def apply_alibi(acc_s: np.ndarray, args: AttentionArgs, m_block: int, n_block: int, slope: float) -> np.ndarray:
+    """S -= (slope / c) * |i + offset - j|: the ALiBi bias -slope * |i + offset - j| of the score, in acc_s units
+    (c = `score_unit`, as flash_attn's kernels divide the slope by their softmax scale), on every tile: unlike the
+    mask it changes visible scores. Rows and keys past the ends get a bias too; the store drops those rows and
+    apply_mask hides those keys, as the tail tile is always masked."""
+    block_m, block_n = acc_s.shape
+    rows = m_block * block_m + np.arange(block_m)
+    cols = n_block * block_n + np.arange(block_n)
+    return acc_s - (slope / score_unit(args)) * alibi_distance(args, rows, cols)
+
+
 def apply_mask(acc_s: np.ndarray, args: AttentionArgs, m_block: int, n_block: int) -> np.ndarray:
     """Set the scores of keys a query may not see (future keys, keys outside the window, keys >= seqlen_k) to -inf.
 
@@ -298,11 +323,24 @@ def gemm_pv(acc_o: np.ndarray, acc_p: np.ndarray, v_tile: np.ndarray) -> np.ndar
     return acc_o + acc_p @ v_tile
 
 
-def finalize(state: SoftmaxState, acc_o: np.ndarray, scale_log2: float | Fraction) -> CtaOutput:
+def finalize(
+    state: SoftmaxState, acc_o: np.ndarray, scale_log2: float | Fraction, sink: float | None = None
+) -> CtaOutput:
     """Epilogue: O = U / l and LSE = (m * scale_log2 + log2 l) * ln 2 = ln(2^(m * scale_log2) * l).
 
-    A row that saw no key (l = 0) gets O = 0 and LSE = -inf. Exact mode keeps lse_arg = 2^(m * scale_log2) * l.
+    A learnable sink (the head's logit, in score units) first joins l as one more key whose row of V is zero: one
+    more online_softmax round on a column of scores sink / c (c = scale_log2 / log2(e), so that its exponent is
+    sink * log2(e)), U rescaled by its alpha. flash-attn-4's epilogue adds the same term exp2(sink * log2(e) -
+    m * scale_log2) to l against the row max it holds (against sink * log2(e) for a row that saw no key); the round
+    also moves the max when the sink is above it, so that the term cannot overflow.
+
+    A row that saw no key gets O = 0 and LSE = sink (its only term), or without a sink (l = 0) LSE = -inf. Exact
+    mode keeps lse_arg = 2^(m * scale_log2) * l.
     """
+    if sink is not None:
+        sink_scores = np.full((len(state.row_sum), 1), sink * LOG2E / scale_log2)
+        _, alpha, state = online_softmax(state, sink_scores, scale_log2)
+        acc_o = rescale_o(acc_o, alpha)
     no_key = state.row_sum == 0
     out = np.where(no_key[:, None], 0, acc_o / np.where(no_key, 1, state.row_sum)[:, None])
     max_scaled = state.row_max * scale_log2
@@ -328,6 +366,8 @@ def attention_cta(
     scale_log2: float | Fraction,
     rounds: list[RoundTrace] | None = None,
     rescale_threshold: float | None = None,
+    alibi_slope: float | None = None,
+    sink: float | None = None,
 ) -> CtaOutput:
     """One thread block: Q tile m_block of one head against every K/V tile it can see.
 
@@ -337,6 +377,7 @@ def attention_cta(
 
     q_head: (seqlen_q, headdim); k_head, v_head: (seqlen_k, headdim) of the kv head this query head reads.
     Appends a RoundTrace per visited K/V tile to `rounds` when given. ``rescale_threshold``: online_softmax's.
+    ``alibi_slope`` and ``sink``: this (batch, head)'s ALiBi slope and learnable sink, in score units, or None.
     """
     exact = q_head.dtype == object
     q_tile = load_tile(q_head, m_block, block_m)
@@ -347,6 +388,8 @@ def attention_cta(
         acc_s = gemm_qk(q_tile, k_tile)
         if args.softcap > 0:
             acc_s = apply_softcap(acc_s, args)
+        if alibi_slope is not None:
+            acc_s = apply_alibi(acc_s, args, m_block, n_block, alibi_slope)
         masked = tile_needs_mask(args, m_block, n_block, block_m, block_n)
         if masked:
             acc_s = apply_mask(acc_s, args, m_block, n_block)
@@ -359,7 +402,7 @@ def attention_cta(
             rounds.append(
                 RoundTrace(n_block, keys, masked, acc_s, state.row_max, state.row_sum, alpha, acc_p, d_acc_o, acc_o)
             )
-    return finalize(state, acc_o, scale_log2)
+    return finalize(state, acc_o, scale_log2, sink)
 
 
 def tiled_attention(
@@ -376,18 +419,26 @@ def tiled_attention(
     exact: bool = False,
     trace: bool = False,
     rescale_threshold: float | None = None,
+    learnable_sink: Any = None,
+    alibi_slopes: Any = None,
 ) -> TiledResult:
     """Attention computed tile by tile, exactly as the forward kernel does, one CTA per (batch, head, m_block).
 
     Same arguments and layout as `attention_ref` (q: (batch, seqlen_q, nheads, headdim), k, v: (batch, seqlen_k,
-    nheads_k, headdim), GQA), given as torch tensors, numpy arrays or (exact) arrays of ints/Fractions.
+    nheads_k, headdim), GQA), given as torch tensors, numpy arrays or (exact) arrays of ints/Fractions;
+    learnable_sink (nheads,) and alibi_slopes (nheads,) or (batch, nheads) are torch tensors, as there.
     exact=True computes in Fractions (see the module docstring for when that is possible); trace=True records every
     round of every CTA; rescale_threshold (None, or t >= 0 in exp2 units) is the lazy rescaling of online_softmax.
     """
-    args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap)
+    args = validate_attention_args(
+        q, k, v, softmax_scale, causal, causal_align, window_size, softcap, learnable_sink, alibi_slopes
+    )
     validate_tile_sizes(block_m, block_n)
     scale_log2 = resolve_scale_log2(args, exact)
     q, k, v = (_as_array(x, exact) for x in (q, k, v))
+    sinks = None if args.learnable_sink is None else _as_array(args.learnable_sink, exact=False)  # (nheads,)
+    if args.alibi_slopes is not None:  # (batch, nheads); (nheads,) slopes serve every batch
+        slopes = np.broadcast_to(_as_array(args.alibi_slopes, exact=False), (args.batch, args.nheads))
     out = _zeros(q.shape, exact)
     lse = np.zeros((args.batch, args.nheads, args.seqlen_q))
     lse_arg = _zeros(lse.shape, exact) if exact else None
@@ -397,8 +448,12 @@ def tiled_attention(
         kv_head_idx = head_idx // args.qheads_per_kvhead
         rounds: list[RoundTrace] | None = [] if trace else None
         q_head, k_head, v_head = q[batch_idx, :, head_idx], k[batch_idx, :, kv_head_idx], v[batch_idx, :, kv_head_idx]
+        variants = {
+            "alibi_slope": None if args.alibi_slopes is None else float(slopes[batch_idx, head_idx]),
+            "sink": None if sinks is None else float(sinks[head_idx]),
+        }
         cta = attention_cta(
-            q_head, k_head, v_head, args, m_block, block_m, block_n, scale_log2, rounds, rescale_threshold
+            q_head, k_head, v_head, args, m_block, block_m, block_n, scale_log2, rounds, rescale_threshold, **variants
         )
         queries = query_range(args, m_block, block_m)  # the epilogue stores only rows < seqlen_q
         rows, n_rows = slice(queries.start, queries.stop), len(queries)
