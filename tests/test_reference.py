@@ -260,9 +260,10 @@ def test_rows_of_p_sum_to_one(problem):
 
 
 @FEW
-@given(problems())
+@given(problems(sinks=True, alibi=True))
 def test_same_precision_baseline_in_float64_is_the_spec(problem):
-    """Same math as the spec (masks, windows, softcap, GQA, rows that see no key); only the precision differs."""
+    """Same math as the spec (masks, windows, softcap, sinks, ALiBi, GQA, rows that see no key); only the precision
+    differs."""
     q, k, v = problem.tensors()
     assert_same(attention_same_precision(q, k, v, **problem.options), attention_ref(q, k, v, **problem.options))
 
