@@ -2,8 +2,8 @@
 
 By default one representative variant per kernel family, kernel kind and head-dim bucket is built (dtype, mask,
 target and exact or padded head dim drawn in turn, so every value of each appears); FLASHCUTE_COMPILE_ALL=1 builds
-the whole matrix (every dtype x bucket x mask on a family's first target, padded head dims at bucket 128, the
-alternative tiles, and samples of the packed variants and of the later targets: full_matrix), as CI does.
+the whole matrix (every bucket and mask of every kernel kind, the dtypes sampled as full_matrix says, padded head
+dims at bucket 128, the alternative tiles), as CI does.
 
 The SASS must hold the seed's instructions: tensor-core MMAs (HMMA.16816.F32, .BF16 for bf16), cp.async loads
 (LDGSTS), ldmatrix reads (LDSM; LDSM.16.MT88 for the transposed V reads of P·V) and exp2 (MUFU.EX2); the backward
@@ -29,7 +29,7 @@ import pytest
 
 from flashcute import compile_cache
 from flashcute.kernels import registry
-from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MASK_NAMES, in_sample
+from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MASK_NAMES, dtype_in_turn, in_sample
 from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, CombineConfig
 from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants
 from flashcute.kernels.sm80.config import BwdConfig
@@ -42,12 +42,17 @@ ARCHS = ("sm_80", "sm_90a")
 PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for this bucket only, to save time
 
 
+# How the whole matrix samples each group of registry.variants (full_matrix): every variant of the Hopper family's
+# kernels, the dtypes in turn for the mma.sync family's forward and dK/dV kernels on their first target, and one
+# variant a bucket for the rest (the deterministic backward's kernels, packed batches, softcap, a later target).
+THIN = ("sm80-bwd-deterministic", "sm80-dq")
+
+
 def full_matrix() -> list[tuple[object, str]]:
-    """Every (config, target): the heuristics' picks exact at every bucket and padded at PADDED_BUCKET, the
-    alternative tiles with E in place of S, and E in place of S at D=256 without a mask. Some groups are sampled:
-    the packed variable-length variants (in_sample), and more thinly the softcap variants and a family's variants
-    on a target after its first (the mma.sync family on sm_90a: one_per_bucket). That keeps the matrix within CI's
-    time."""
+    """Every (config, target) of a sample of the heuristics' picks (exact at every bucket, padded at PADDED_BUCKET;
+    THIN says which groups take which sample), the alternative tiles with E in place of S, and E in place of S at
+    D=256 without a mask. Every bucket and mask of every kernel kind is built; the sample keeps the matrix within
+    CI's time (869 variants took 49 minutes of a 2-core CI machine, 686 took 38)."""
     variants = []
     for arch in ARCHS:
         exact = registry.variants(arch, exact_only=True)
@@ -55,7 +60,12 @@ def full_matrix() -> list[tuple[object, str]]:
         for name in exact:
             family = name.split("-")[0]
             later = family in registry.FAMILIES and arch != registry.family(family).ARCHS[0]
-            sampled = one_per_bucket if later or name.endswith("-softcap") else partial(in_sample, name)
+            if later or name.endswith(("-softcap", "-packed")) or name.startswith(THIN):
+                sampled = one_per_bucket
+            elif family == "sm80":
+                sampled = dtype_in_turn
+            else:
+                sampled = partial(in_sample, name)
             variants += [(c, arch) for c in (*exact[name], *padded[name]) if sampled(c)]
     in_place = [c for c in alternative_tile_variants("sm90") if c.exp_in_place]
     in_place += [dataclasses.replace(sm90_fwd_config(256, dtype), exp_in_place=True) for dtype in DTYPES]
@@ -172,73 +182,98 @@ _PACKED_SM90_WIDE = (
 
 
 def _built(names) -> list[str]:
-    """Those of ``names`` (a dtype x mask grid) that the matrix builds: a later target is sampled (full_matrix)."""
-    built = [name for name in names if name in ALL_IDS]
-    assert built, "a spill table entry that names no compiled variant"
-    return built
+    """Those of ``names`` (variants the heuristics pick, each checked to be one) that the sampled matrix builds."""
+    names = list(names)
+    unknown = [name for name in names if name not in EVERY_ID]
+    assert not unknown, f"spill table entries that name no variant: {unknown}"
+    return [name for name in names if name in ALL_IDS]
+
+
+EVERY_ID = {
+    f"{arch}-{config.label}"
+    for arch in ARCHS
+    for groups in (registry.variants(arch, exact_only=True), registry.variants(arch, buckets=(PADDED_BUCKET,)))
+    for configs in groups.values()
+    for config in configs
+} | set(ALL_IDS)
 
 
 KNOWN_SPILLS: dict[str, str] = {
     **dict.fromkeys(
-        [
-            "sm_80-bfloat16-d128-128x64w4s2-lazy8-both-softcap",
-            "sm_80-bfloat16-d64-128x128w4s2-right-softcap",
-            "sm_80-bwd-float16-d192-64x64w8-nomask-softcap",
-            "sm_80-bwdnodq-float16-d128-64x128w8-nomask-softcap",
-            "sm_80-float16-d32-128x128w4s1-nomask-softcap",
-            "sm_80-float16-d96-128x64w4s1-left-softcap",
-            "sm_90a-bfloat16-d128-128x64w4s2-lazy8-both-softcap",
-            "sm_90a-bfloat16-d256-128x128w8s1-right-softcap",
-            "sm_90a-bfloat16-d64-128x128w4s2-right-softcap",
-            "sm_90a-bwdnodq-float16-d96-64x128w8-left-softcap",
-            "sm_90a-float16-d96-128x64w4s1-left-softcap",
-        ],
+        _built(
+            [
+                "sm_80-bfloat16-d128-128x64w4s2-lazy8-both-softcap",
+                "sm_80-bfloat16-d64-128x128w4s2-right-softcap",
+                "sm_80-bwd-float16-d192-64x64w8-nomask-softcap",
+                "sm_80-bwdnodq-float16-d128-64x128w8-nomask-softcap",
+                "sm_80-float16-d32-128x128w4s1-nomask-softcap",
+                "sm_80-float16-d96-128x64w4s1-left-softcap",
+                "sm_90a-bfloat16-d128-128x64w4s2-lazy8-both-softcap",
+                "sm_90a-bfloat16-d256-128x128w8s1-right-softcap",
+                "sm_90a-bfloat16-d64-128x128w4s2-right-softcap",
+                "sm_90a-bwdnodq-float16-d96-64x128w8-left-softcap",
+                "sm_90a-float16-d96-128x64w4s1-left-softcap",
+            ]
+        ),
         _SOFTCAP_MMA_SYNC,
     ),
     **dict.fromkeys(
-        [
-            "sm_80-bfloat16-d128-128x64w4s1-lazy8-nomask-packed",
-            "sm_80-bfloat16-d128-128x64w4s2-lazy8-left-packed",
-            "sm_80-bfloat16-d32-128x128w4s1-both-packed",
-            "sm_80-bfloat16-d32-128x128w4s1-right-packed",
-            "sm_80-bfloat16-d64-128x128w4s2-left-packed",
-            "sm_80-bfloat16-d64-128x128w4s2-nomask-packed",
-            "sm_80-bfloat16-d96-128x64w4s1-both-packed",
-            "sm_80-bfloat16-d96-128x64w4s1-right-packed",
-            "sm_80-bwdnodq-bfloat16-d128-64x128w8-left-packed",
-            "sm_80-bwdnodq-bfloat16-d128-64x128w8-nomask-packed",
-            "sm_80-float16-d128-128x64w4s2-lazy8-both-packed",
-            "sm_80-float16-d128-128x64w4s2-lazy8-right-packed",
-            "sm_80-float16-d32-128x128w4s1-left-packed",
-            "sm_80-float16-d32-128x128w4s1-nomask-packed",
-            "sm_80-float16-d64-128x128w4s2-both-packed",
-            "sm_80-float16-d64-128x128w4s2-right-packed",
-            "sm_80-float16-d96-128x64w4s1-left-packed",
-            "sm_80-float16-d96-128x64w4s1-nomask-packed",
-            "sm_90a-bfloat16-d256-128x128w8s1-left-packed",
-            "sm_90a-bfloat16-d64-128x128w4s2-left-packed",
-            "sm_90a-bwd-bfloat16-d128-64x128w8-left-packed",
-            "sm_90a-bwdnodq-float16-d128-64x128w8-right-packed",
-            "sm_90a-float16-d128-128x64w4s2-lazy8-right-packed",
-        ],
+        _built(
+            [
+                "sm_80-bfloat16-d128-128x64w4s1-lazy8-nomask-packed",
+                "sm_80-bfloat16-d128-128x64w4s2-lazy8-left-packed",
+                "sm_80-bfloat16-d32-128x128w4s1-both-packed",
+                "sm_80-bfloat16-d32-128x128w4s1-right-packed",
+                "sm_80-bfloat16-d64-128x128w4s2-left-packed",
+                "sm_80-bfloat16-d64-128x128w4s2-nomask-packed",
+                "sm_80-bfloat16-d96-128x64w4s1-both-packed",
+                "sm_80-bfloat16-d96-128x64w4s1-right-packed",
+                "sm_80-bwdnodq-bfloat16-d128-64x128w8-left-packed",
+                "sm_80-bwdnodq-bfloat16-d128-64x128w8-nomask-packed",
+                "sm_80-float16-d128-128x64w4s2-lazy8-both-packed",
+                "sm_80-float16-d128-128x64w4s2-lazy8-right-packed",
+                "sm_80-float16-d32-128x128w4s1-left-packed",
+                "sm_80-float16-d32-128x128w4s1-nomask-packed",
+                "sm_80-float16-d64-128x128w4s2-both-packed",
+                "sm_80-float16-d64-128x128w4s2-right-packed",
+                "sm_80-float16-d96-128x64w4s1-left-packed",
+                "sm_80-float16-d96-128x64w4s1-nomask-packed",
+                "sm_80-bfloat16-d64-128x128w4s2-right-packed",
+                "sm_80-bfloat16-d128-128x64w4s2-lazy8-both-packed",
+                "sm_90a-bfloat16-d64-128x128w4s2-right-packed",
+                "sm_90a-bfloat16-d128-128x64w4s2-lazy8-both-packed",
+                "sm_90a-bfloat16-d256-128x128w8s1-right-packed",
+                "sm_90a-bwd-bfloat16-d128-64x128w8-both-packed",
+                "sm_90a-bwdnodq-bfloat16-d128-64x128w8-both-packed",
+                "sm_90a-bfloat16-d256-128x128w8s1-left-packed",
+                "sm_90a-bfloat16-d64-128x128w4s2-left-packed",
+                "sm_90a-bwd-bfloat16-d128-64x128w8-left-packed",
+                "sm_90a-bwdnodq-float16-d128-64x128w8-right-packed",
+                "sm_90a-float16-d128-128x64w4s2-lazy8-right-packed",
+            ]
+        ),
         _PACKED_MMA_SYNC,
     ),
     **dict.fromkeys(
-        [
-            "sm_90a-sm90-bfloat16-d192-128x96s2-early-lazy8e-both-packed",
-            "sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8-nomask-packed",
-            "sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8e-left-packed",
-            "sm_90a-sm90-float16-d256-128x80s2-early-lazy8e-both-packed",
-            "sm_90a-sm90-float16-d256-128x80s2-early-lazy8e-right-packed",
-        ],
+        _built(
+            [
+                "sm_90a-sm90-bfloat16-d192-128x96s2-early-lazy8e-both-packed",
+                "sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8-nomask-packed",
+                "sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8e-right-packed",
+                "sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8e-left-packed",
+                "sm_90a-sm90-float16-d256-128x80s2-early-lazy8e-both-packed",
+                "sm_90a-sm90-float16-d256-128x80s2-early-lazy8e-right-packed",
+            ]
+        ),
         _PACKED_SM90_WIDE,
     ),
     **dict.fromkeys(
         _built(
-            f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}{softcap}"
+            name
             for dtype in ("bfloat16", "float16")
             for mask in ("lazy8-nomask", "lazy8e-nomask", "lazy8e-left", "lazy8e-both", "lazy8e-right")
             for softcap in ("", "-softcap")
+            if (name := f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}{softcap}") in EVERY_ID
         ),
         _SM90_D256_CLAIMS,
     ),
@@ -254,58 +289,64 @@ KNOWN_SPILLS: dict[str, str] = {
         _SM90_BWD,
     ),
     **dict.fromkeys(
-        [
-            "sm_80-bwd-bfloat16-d192-64x64w8-both",
-            "sm_80-bwd-bfloat16-d256-64x64w8-left",
-            "sm_80-bwd-float16-d128-64x128w8-nomask",
-            "sm_80-bwd-float16-d256-64x64w8-both",
-            "sm_80-bwd-float16-d256-64x64w8-left",
-            "sm_80-bwd-float16-d256-64x64w8-nomask",
-            "sm_80-bwd-float16-d256-64x64w8-right",
-            "sm_80-bwdnodq-bfloat16-d128-64x128w8-both",
-            "sm_80-bwdnodq-bfloat16-d128-64x128w8-left",
-            "sm_80-bwdnodq-bfloat16-d128-64x128w8-nomask",
-            "sm_80-bwdnodq-bfloat16-d128-64x128w8-right",
-            "sm_80-bwdnodq-bfloat16-d96-64x128w8-right",
-            "sm_80-bwdnodq-float16-d128-64x128w8-both",
-            "sm_80-bwdnodq-float16-d128-64x128w8-left",
-            "sm_80-bwdnodq-float16-d128-64x128w8-nomask",
-            "sm_80-bwdnodq-float16-d128-64x128w8-right",
-            "sm_80-bwdnodq-float16-d96-64x128w8-right",
-            "sm_90a-bwd-bfloat16-d256-64x64w8-right",
-            "sm_90a-bwdnodq-bfloat16-d128-64x128w8-both",
-            "sm_90a-bwdnodq-float16-d128-64x128w8-right",
-        ],
+        _built(
+            [
+                "sm_80-bwd-bfloat16-d192-64x64w8-both",
+                "sm_80-bwd-bfloat16-d256-64x64w8-left",
+                "sm_80-bwd-float16-d128-64x128w8-nomask",
+                "sm_80-bwd-float16-d256-64x64w8-both",
+                "sm_80-bwd-float16-d256-64x64w8-left",
+                "sm_80-bwd-float16-d256-64x64w8-nomask",
+                "sm_80-bwd-float16-d256-64x64w8-right",
+                "sm_80-bwdnodq-bfloat16-d128-64x128w8-both",
+                "sm_80-bwdnodq-bfloat16-d128-64x128w8-left",
+                "sm_80-bwdnodq-bfloat16-d128-64x128w8-nomask",
+                "sm_80-bwdnodq-bfloat16-d128-64x128w8-right",
+                "sm_80-bwdnodq-bfloat16-d96-64x128w8-right",
+                "sm_80-bwdnodq-float16-d128-64x128w8-both",
+                "sm_80-bwdnodq-float16-d128-64x128w8-left",
+                "sm_80-bwdnodq-float16-d128-64x128w8-nomask",
+                "sm_80-bwdnodq-float16-d128-64x128w8-right",
+                "sm_80-bwdnodq-float16-d96-64x128w8-right",
+                "sm_90a-bwd-bfloat16-d256-64x64w8-right",
+                "sm_90a-bwdnodq-bfloat16-d128-64x128w8-both",
+                "sm_90a-bwdnodq-float16-d128-64x128w8-right",
+            ]
+        ),
         _BWD,
     ),
     # the same kernels at a head dim padded up to 128 (head-dim predicates on every load and store)
     **dict.fromkeys(
-        [
-            "sm_80-bwd-bfloat16-d128pad-64x128w8-both",
-            "sm_80-bwd-bfloat16-d128pad-64x128w8-left",
-            "sm_80-bwd-float16-d128pad-64x128w8-both",
-            "sm_80-bwd-float16-d128pad-64x128w8-nomask",
-            "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-both",
-            "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-left",
-            "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-nomask",
-            "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-right",
-            "sm_80-bwdnodq-float16-d128pad-64x128w8-both",
-            "sm_80-bwdnodq-float16-d128pad-64x128w8-left",
-            "sm_80-bwdnodq-float16-d128pad-64x128w8-nomask",
-            "sm_80-bwdnodq-float16-d128pad-64x128w8-right",
-            "sm_90a-bwdnodq-bfloat16-d128pad-64x128w8-both",
-        ],
+        _built(
+            [
+                "sm_80-bwd-bfloat16-d128pad-64x128w8-both",
+                "sm_80-bwd-bfloat16-d128pad-64x128w8-left",
+                "sm_80-bwd-float16-d128pad-64x128w8-both",
+                "sm_80-bwd-float16-d128pad-64x128w8-nomask",
+                "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-both",
+                "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-left",
+                "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-nomask",
+                "sm_80-bwdnodq-bfloat16-d128pad-64x128w8-right",
+                "sm_80-bwdnodq-float16-d128pad-64x128w8-both",
+                "sm_80-bwdnodq-float16-d128pad-64x128w8-left",
+                "sm_80-bwdnodq-float16-d128pad-64x128w8-nomask",
+                "sm_80-bwdnodq-float16-d128pad-64x128w8-right",
+                "sm_90a-bwdnodq-bfloat16-d128pad-64x128w8-both",
+            ]
+        ),
         _BWD,
     ),
     **dict.fromkeys(
-        [
-            "sm_80-bfloat16-d32-128x128w4s1-both",
-            "sm_80-bfloat16-d32-128x128w4s1-left",
-            "sm_80-bfloat16-d32-128x128w4s1-nomask",
-            "sm_80-bfloat16-d32-128x128w4s1-right",
-            "sm_80-float16-d32-128x128w4s1-both",
-            "sm_80-float16-d32-128x128w4s1-right",
-        ],
+        _built(
+            [
+                "sm_80-bfloat16-d32-128x128w4s1-both",
+                "sm_80-bfloat16-d32-128x128w4s1-left",
+                "sm_80-bfloat16-d32-128x128w4s1-nomask",
+                "sm_80-bfloat16-d32-128x128w4s1-right",
+                "sm_80-float16-d32-128x128w4s1-both",
+                "sm_80-float16-d32-128x128w4s1-right",
+            ]
+        ),
         _D32,
     ),
     **dict.fromkeys(
@@ -326,15 +367,17 @@ KNOWN_SPILLS: dict[str, str] = {
         _D64,
     ),
     **dict.fromkeys(
-        [
-            "sm_80-bfloat16-d96-128x64w4s1-both",
-            "sm_80-bfloat16-d96-128x64w4s1-nomask",
-            "sm_80-bfloat16-d96-128x64w4s1-right",
-            "sm_80-float16-d96-128x64w4s1-both",
-            "sm_80-float16-d96-128x64w4s1-nomask",
-            "sm_80-float16-d96-128x64w4s1-right",
-            "sm_90a-float16-d96-128x64w4s1-left",
-        ],
+        _built(
+            [
+                "sm_80-bfloat16-d96-128x64w4s1-both",
+                "sm_80-bfloat16-d96-128x64w4s1-nomask",
+                "sm_80-bfloat16-d96-128x64w4s1-right",
+                "sm_80-float16-d96-128x64w4s1-both",
+                "sm_80-float16-d96-128x64w4s1-nomask",
+                "sm_80-float16-d96-128x64w4s1-right",
+                "sm_90a-float16-d96-128x64w4s1-left",
+            ]
+        ),
         _D96,
     ),
     **dict.fromkeys(
@@ -356,18 +399,22 @@ KNOWN_SPILLS: dict[str, str] = {
 # extra installs nvidia-cutlass-dsl[cu13]); a CUDA 12 driver takes the cu12 flavor.
 KNOWN_SPILLS_BY_TOOLKIT: dict[int, dict[str, str]] = {
     12: dict.fromkeys(
-        [
-            "sm_80-bwd-bfloat16-d192-64x64w8-left",
-            "sm_80-bwd-bfloat16-d192-64x64w8-right",
-        ],
+        _built(
+            [
+                "sm_80-bwd-bfloat16-d192-64x64w8-left",
+                "sm_80-bwd-bfloat16-d192-64x64w8-right",
+            ]
+        ),
         _BWD,
     ),
     13: dict.fromkeys(
-        [
-            "sm_80-bwd-bfloat16-d192-64x64w8-nomask",
-            "sm_80-bwdnodq-bfloat16-d96-64x128w8-nomask",
-            "sm_80-bwdnodq-float16-d96-64x128w8-both",
-        ],
+        _built(
+            [
+                "sm_80-bwd-bfloat16-d192-64x64w8-nomask",
+                "sm_80-bwdnodq-bfloat16-d96-64x128w8-nomask",
+                "sm_80-bwdnodq-float16-d96-64x128w8-both",
+            ]
+        ),
         _BWD,
     ),
 }

@@ -91,8 +91,12 @@ def in_sample(kind: str, config) -> bool:
     dtypes taken in turn. Packing changes only where a tile's rows are (kernels/common/seqlen.py) and softcap one
     step on the scores (kernels/common/softcap.py), not the tiles, so a sample covers each without doubling the
     variant matrix."""
-    if not kind.endswith(("-packed", "-softcap")):
-        return True
+    return not kind.endswith(("-packed", "-softcap")) or dtype_in_turn(config)
+
+
+def dtype_in_turn(config) -> bool:
+    """Whether ``config`` has the dtype that a sample of every bucket and mask takes for its (bucket, mask) pair: the
+    dtypes in turn, so that each bucket and each mask is built in both."""
     pair = HEAD_DIM_BUCKETS.index(config.head_dim_padded) + list(MASK_NAMES).index(
         (config.mask_right, config.mask_left)
     )
