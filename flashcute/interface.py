@@ -52,16 +52,39 @@ def launch_fwd(
     window_right: int,
     kernel: str = "auto",
     softcap: float = 0.0,
+    learnable_sink: torch.Tensor | None = None,
 ) -> None:
     """Launch a forward kernel ("auto": the fastest family the device runs) into given outputs (validated inputs
-    only; tests use it to poison outputs); ``softcap`` > 0 caps the scores."""
+    only; tests use it to poison outputs); ``softcap`` > 0 caps the scores; ``learnable_sink`` (nheads,) joins
+    every row's denominator."""
     name = None if kernel == "auto" else kernel
-    capped = softcap > 0
+    capped, sink = softcap > 0, kernel_sink(learnable_sink)
+    window = (window_left, window_right)
     launch = registry.forward_launcher(
-        q.device, dtype_name(q), q.shape[-1], window_left, window_right, name, softcap=capped
+        q.device, dtype_name(q), q.shape[-1], *window, name, softcap=capped, sink=sink is not None
     )
     validate_pointers(q=q, k=k, v=v)
-    launch(q, k, v, out, lse, softmax_scale, diag_offset, DENSE, softcap)
+    launch(q, k, v, out, lse, softmax_scale, diag_offset, DENSE, softcap, sink)
+
+
+def kernel_sink(learnable_sink: torch.Tensor | None) -> torch.Tensor | None:
+    """Learnable sinks as the kernels read them: contiguous float32, no autograd history (a copy only where the
+    given tensor is not that already)."""
+    if learnable_sink is None:
+        return None
+    if learnable_sink.dtype != torch.float32 or not learnable_sink.is_contiguous():
+        learnable_sink = learnable_sink.float().contiguous()
+    return learnable_sink.detach()
+
+
+def sink_grad(learnable_sink: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """The gradient of the learnable sinks (nheads,) from the forward's lse and the backward's D = rowsum(dO * O),
+    both (batch, nheads, rows) float32: the sink's probability in row i is p_i = exp(sink - LSE_i) and O_i
+    depends on the sink only through the normalization, so dsink = -sum_i p_i D_i over the head's rows. A row with
+    LSE = -inf (no key and a sink of -inf, or outside every sequence) counts 0: its p, inf or NaN, becomes 0 (LSE
+    includes the sink, so p <= 1 wherever LSE is finite)."""
+    p = torch.exp(learnable_sink.float()[:, None] - lse).nan_to_num_(nan=0.0, posinf=0.0)
+    return -(p * delta).sum(dim=(0, 2)).to(learnable_sink.dtype)
 
 
 def _aligned_grad(dout: torch.Tensor) -> torch.Tensor:
@@ -86,10 +109,12 @@ def launch_bwd(
     deterministic: bool,
     kernel: str = "auto",
     softcap: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The backward pass; returns (dq, dk, dv) shaped like q, k, v. ``kernel`` and ``softcap`` as in launch_fwd; a
-    family whose backward does not cover the head dim or the deterministic mode hands it to the next one the device
-    runs.
+    learnable_sink: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward pass; returns (dq, dk, dv, dsink), the first three shaped like q, k, v, dsink like
+    ``learnable_sink`` (empty without). ``kernel``, ``softcap`` and ``learnable_sink`` as in launch_fwd; a family
+    whose backward does not cover the head dim or the deterministic mode hands it to the next one the device runs.
+    The sinks change only the LSE that the backward reads, so its kernels are the same with or without.
 
     dQ is added across K/V tiles by fp32 atomics (or TMA reduce-adds) by default; ``deterministic`` computes it in
     a kernel that adds in a fixed order, bitwise reproducible."""
@@ -97,12 +122,20 @@ def launch_bwd(
     family = registry.backward_family(q.device, None if kernel == "auto" else kernel, q.shape[-1], deterministic)
     validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    return family.backward(dout, q, k, v, out, lse, *scalars, deterministic, softcap=softcap)
+    dq, dk, dv, delta = family.backward(dout, q, k, v, out, lse, *scalars, deterministic, softcap=softcap)
+    return dq, dk, dv, _sink_grad_or_empty(learnable_sink, lse, delta)
+
+
+def _sink_grad_or_empty(learnable_sink: torch.Tensor | None, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """sink_grad, or an empty tensor where there is no sink (a custom op returns a tensor either way)."""
+    if learnable_sink is None:
+        return lse.new_empty(0)
+    return sink_grad(learnable_sink, lse, delta)
 
 
 def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse), newly allocated, from the forward kernel (validated inputs only); ``options`` are launch_fwd's
-    after lse: softmax_scale, diag_offset, window_left, window_right, kernel, softcap."""
+    after lse: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, learnable_sink."""
     batch, seqlen_q, nheads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
@@ -133,20 +166,22 @@ def _fwd_fake(q, k, v, *options):
     return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
 
 
-def _grads_fake(dout, q, k, v, *rest):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _grads_fake(dout, q, k, v, *rest, learnable_sink=None):
+    sink = rest[-1] if isinstance(rest[-1], torch.Tensor) else learnable_sink  # the last argument, when given
+    dsink = q.new_empty(0, dtype=torch.float32) if sink is None else sink.new_empty(sink.shape)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
 
 _define_op(
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, SymInt diag_offset, SymInt window_left, "
-    "SymInt window_right, str kernel, float softcap=0.) -> (Tensor, Tensor)",
+    "SymInt window_right, str kernel, float softcap=0., Tensor? learnable_sink=None) -> (Tensor, Tensor)",
     forward_outputs,
     _fwd_fake,
 )
 _define_op(
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, SymInt diag_offset, "
-    "SymInt window_left, SymInt window_right, bool deterministic, str kernel, float softcap=0.) -> (Tensor, Tensor, "
-    "Tensor)",
+    "SymInt window_left, SymInt window_right, bool deterministic, str kernel, float softcap=0., "
+    "Tensor? learnable_sink=None) -> (Tensor, Tensor, Tensor, Tensor)",
     launch_bwd,
     _grads_fake,
 )
@@ -158,23 +193,24 @@ class FlashAttention(torch.autograd.Function):
     dynamo traces it under torch.compile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, options):
+    def forward(ctx, q, k, v, learnable_sink, options):
         """``options``: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, deterministic, in one
-        tuple (apply looks at each argument it is given: one tuple costs it less than seven)."""
+        tuple (apply looks at each argument it is given: one tuple costs it less than seven); ``learnable_sink``
+        (nheads,) or None, differentiable."""
         scalars, deterministic = options[:-1], options[-1]
         forward = _OPS.fwd.default if torch.compiler.is_compiling() else forward_outputs
-        out, lse = forward(q, k, v, *scalars)
-        ctx.save_for_backward(q, k, v, out, lse)
+        out, lse = forward(q, k, v, *scalars, learnable_sink)
+        ctx.save_for_backward(q, k, v, out, lse, learnable_sink)
         ctx.scalars = (*scalars[:4], deterministic, *scalars[4:])  # launch_bwd's order
         ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, learnable_sink = ctx.saved_tensors
         backward = _OPS.bwd.default if torch.compiler.is_compiling() else launch_bwd
-        dq, dk, dv = backward(dout, q, k, v, out, lse, *ctx.scalars)
-        return dq, dk, dv, None
+        dq, dk, dv, dsink = backward(dout, q, k, v, out, lse, *ctx.scalars, learnable_sink)
+        return dq, dk, dv, None if learnable_sink is None else dsink, None
 
 
 # EAGER_NOTE: a custom op's dispatch costs more host time a call than an autograd.Function's and the rest of a call
@@ -194,8 +230,10 @@ def flash_attn_func(
     deterministic: bool = False,
     causal_align: str = "bottom_right",
     kernel: str | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Exact attention, FlashAttention-style, for CUDA fp16/bf16 tensors; differentiable in q, k and v.
+    """Exact attention, FlashAttention-style, for CUDA fp16/bf16 tensors; differentiable in q, k, v (and
+    learnable_sink).
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0.
     softmax_scale defaults to 1/sqrt(headdim). causal=True masks keys j > i + seqlen_k - seqlen_q (bottom-right,
@@ -203,6 +241,10 @@ def flash_attn_func(
     right) keeps keys within [i + offset - left, i + offset + right]; -1 means unbounded. A query that sees no key
     gets O = 0 and LSE = -inf. softcap > 0 caps each score (Gemma 2): softcap * tanh(score / softcap) takes the
     place of score = softmax_scale * q.k before the mask and the softmax; 0 (the default) leaves scores as they are.
+    learnable_sink, a float tensor (nheads,) on q's device (flash-attn-4's convention, gpt-oss): one logit per query
+    head that joins every row's softmax denominator, exp(sink) beside the exp(score) of the keys, with no value
+    (O = sum_j exp(s_j) v_j / (exp(sink) + sum_j exp(s_j))); LSE includes it, a row that sees no key gets O = 0 and
+    LSE = sink, and the sink receives a gradient.
     Returns out (batch, seqlen_q, nheads, headdim), and with return_lse also
     lse (batch, nheads, seqlen_q), float32, natural log (not differentiable). The backward adds dQ with fp32
     atomics by default; ``deterministic=True`` computes dQ in a separate kernel that adds in a fixed order, so
@@ -211,10 +253,11 @@ def flash_attn_func(
     Under ``torch.autocast("cuda")`` float32 inputs are cast to the autocast dtype.
     """
     compiling = torch.compiler.is_compiling()
-    key = None if compiling else _signature(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel)
+    options = (softmax_scale, causal, window_size, softcap, causal_align, kernel, learnable_sink)
+    key = None if compiling else _signature(q, k, v, *options)
     plan = _plans.get(key) if key is not None else None
     if plan is None:
-        plan = _plan(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel)
+        plan = _plan(q, k, v, *options)
         if key is not None and not plan.casts:
             if len(_plans) >= MAX_PLANS:
                 _plans.clear()
@@ -224,14 +267,17 @@ def flash_attn_func(
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
     q, k, v = plan.inputs(q, k, v)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        out, lse = FlashAttention.apply(q, k, v, (*plan.scalars, deterministic))
+    sink = learnable_sink
+    if torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
+    ):
+        out, lse = FlashAttention.apply(q, k, v, sink, (*plan.scalars, deterministic))
     elif plan.key_range is not None and not compiling:
-        out, lse = _split_kv(q, k, v, plan)
+        out, lse = _split_kv(q, k, v, plan, sink)
     elif compiling:
-        out, lse = _OPS.fwd.default(q, k, v, *plan.scalars)
+        out, lse = _OPS.fwd.default(q, k, v, *plan.scalars, sink)
     else:
-        out, lse = forward_outputs(q, k, v, *plan.scalars)
+        out, lse = forward_outputs(q, k, v, *plan.scalars, sink)
     return (out, lse) if return_lse else out
 
 
@@ -263,11 +309,18 @@ _plans: dict[tuple, CallPlan] = {}
 MAX_PLANS = 4096
 
 
-def _signature(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel) -> tuple | None:
+def _signature(
+    q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel, learnable_sink
+) -> tuple | None:
     """What flash_attn_func's decisions depend on, as a dict key; None where an argument's type alone could make
     two calls that differ in meaning compare equal (True == 1 == 1.0), so those take the full validation."""
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         return None
+    sink = None
+    if learnable_sink is not None:
+        if not isinstance(learnable_sink, torch.Tensor):
+            return None
+        sink = (learnable_sink.shape, learnable_sink.dtype, learnable_sink.device)
     if type(causal) is not bool or not (softmax_scale is None or type(softmax_scale) is float):
         return None
     if type(window_size) is not tuple or len(window_size) != 2 or type(softcap) is not float:
@@ -295,13 +348,14 @@ def _signature(q, k, v, softmax_scale, causal, window_size, softcap, causal_alig
         softcap,
         causal_align,
         kernel,
+        sink,
     )
 
 
-def _plan(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel) -> CallPlan:
+def _plan(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel, learnable_sink) -> CallPlan:
     """Validate a call's arguments in full (every error names the argument, its value and what is allowed) and
     resolve them into its CallPlan."""
-    args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap)
+    args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap, learnable_sink)
     casts = q.dtype == torch.float32 and q.is_cuda and torch.is_autocast_enabled("cuda")
     if casts:
         q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))  # the op is no autocast-aware op
@@ -334,7 +388,9 @@ def _split_key_range(args: AttentionArgs, q: torch.Tensor, k: torch.Tensor, v: t
     return lo, hi
 
 
-def _split_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: CallPlan) -> tuple[torch.Tensor, torch.Tensor]:
+def _split_kv(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: CallPlan, learnable_sink: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """flash_attn_func's forward on the split-KV path, over the plan's key range; the split's index tensors are
     the same at every call of the plan, so they are made once."""
     args = plan.args
@@ -349,7 +405,8 @@ def _split_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: CallPlan)
         if not torch.cuda.is_current_stream_capturing():  # else the graph's memory pool holds them
             plan.split = split
     how, chunks = split
-    return how.attention(q, *_rows(k, v, batch * seqlen_k), chunks, args.softmax_scale, *plan.scalars[4:])
+    keys = _rows(k, v, batch * seqlen_k)
+    return how.attention(q, *keys, chunks, args.softmax_scale, *plan.scalars[4:], learnable_sink)
 
 
 def _rows(k: torch.Tensor, v: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -375,9 +432,11 @@ def varlen_outputs(
     window_right: int,
     kernel: str,
     softcap: float = 0.0,
+    learnable_sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (total_q, nheads, headdim), lse (nheads, total_q)) of a packed batch (validated inputs only). Rows that
-    no sequence counts (past seqused_q) are O = 0, LSE = -inf, as are rows whose sequence has no key."""
+    no sequence counts (past seqused_q) are O = 0, LSE = -inf, as are rows whose sequence has no key (LSE = the
+    head's sink, with ``learnable_sink``)."""
     total_q, nheads, _ = q.shape
     skipped = seqused_q is not None
     out = (torch.zeros if skipped else torch.empty)(q.shape, dtype=q.dtype, device=q.device)
@@ -386,15 +445,32 @@ def varlen_outputs(
     )
     if total_q == 0 or cu_seqlens_q.shape[0] == 1 or max_seqlen_q == 0:
         return out, lse
+    sink = kernel_sink(learnable_sink)
     if k.shape[0] == 0 or max_seqlen_k == 0:  # no sequence has a key
-        return out.zero_(), lse.fill_(-math.inf)
+        lse.fill_(-math.inf)
+        if sink is not None:  # the rows of the sequences get their head's sink
+            counted = _rows_in_sequences(cu_seqlens_q, seqused_q, total_q)
+            torch.where(counted, sink[:, None], lse, out=lse)
+        return out.zero_(), lse
     name = None if kernel == "auto" else kernel
     window = (window_left, window_right)
-    launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], *window, name, True, softcap > 0)
+    launch = registry.forward_launcher(
+        q.device, dtype_name(q), q.shape[-1], *window, name, True, softcap > 0, sink is not None
+    )
     validate_pointers(q=q, k=k, v=v)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
-    launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed, softcap)
+    launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed, softcap, sink)
     return out, lse
+
+
+def _rows_in_sequences(cu_seqlens_q: torch.Tensor, seqused_q: torch.Tensor | None, total_q: int) -> torch.Tensor:
+    """bool (total_q,): the rows of q that a sequence counts (inside cu_seqlens_q[-1] and its seqused_q); device
+    arithmetic, no host sync."""
+    rows = torch.arange(total_q, dtype=torch.int32, device=cu_seqlens_q.device)
+    batch = cu_seqlens_q.shape[0] - 1
+    sequence = torch.searchsorted(cu_seqlens_q[1:], rows, right=True).clamp_(max=batch - 1)
+    ends = cu_seqlens_q[1:] if seqused_q is None else cu_seqlens_q[:-1] + seqused_q
+    return (rows < ends[sequence]) & (rows < cu_seqlens_q[-1])
 
 
 def _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) -> tuple:
@@ -424,10 +500,14 @@ def launch_varlen_bwd(
     deterministic: bool,
     kernel: str,
     softcap: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The backward of a packed batch: (dq, dk, dv) shaped like q, k, v; rows outside every sequence get 0."""
+    learnable_sink: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward of a packed batch: (dq, dk, dv) shaped like q, k, v, rows outside every sequence 0, and dsink
+    as in launch_bwd."""
     if q.shape[0] == 0 or k.shape[0] == 0 or cu_seqlens_q.shape[0] == 1 or 0 in (max_seqlen_q, max_seqlen_k):
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        # no key anywhere: O = 0 in every row, so D = 0 and the sinks get no gradient either
+        dsink = lse.new_empty(0) if learnable_sink is None else torch.zeros_like(learnable_sink)
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), dsink
     dout = _aligned_grad(dout)
     name = None if kernel == "auto" else kernel
     family = registry.backward_family(q.device, name, q.shape[-1], deterministic, packed=True)
@@ -435,7 +515,8 @@ def launch_varlen_bwd(
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     tensors = (t[None] for t in (dout, q, k, v, out, lse))
     grads = family.backward(*tensors, softmax_scale, 0, window_left, window_right, deterministic, packed, softcap)
-    return tuple(g[0] for g in grads)
+    dq, dk, dv, delta = (g[0] for g in grads)
+    return dq, dk, dv, _sink_grad_or_empty(learnable_sink, lse[None], delta[None])
 
 
 def _varlen_fwd_fake(q, k, v, *options):
@@ -446,14 +527,16 @@ def _varlen_fwd_fake(q, k, v, *options):
 _SEQUENCES = "Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor? seqused_q, Tensor? seqused_k"
 _define_op(
     f"varlen_fwd(Tensor q, Tensor k, Tensor v, {_SEQUENCES}, SymInt max_seqlen_q, SymInt max_seqlen_k, "
-    "float softmax_scale, SymInt window_left, SymInt window_right, str kernel, float softcap=0.) -> (Tensor, Tensor)",
+    "float softmax_scale, SymInt window_left, SymInt window_right, str kernel, float softcap=0., "
+    "Tensor? learnable_sink=None) -> (Tensor, Tensor)",
     varlen_outputs,
     _varlen_fwd_fake,
 )
 _define_op(
     f"varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_SEQUENCES}, "
     "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, SymInt window_left, SymInt window_right, "
-    "bool deterministic, str kernel, float softcap=0.) -> (Tensor, Tensor, Tensor)",
+    "bool deterministic, str kernel, float softcap=0., Tensor? learnable_sink=None) -> (Tensor, Tensor, Tensor, "
+    "Tensor)",
     launch_varlen_bwd,
     _grads_fake,
 )
@@ -463,22 +546,23 @@ class FlashAttentionVarlen(torch.autograd.Function):
     """flash_attn_varlen_func's differentiable door, as FlashAttention is flash_attn_func's."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sequences, options):
+    def forward(ctx, q, k, v, learnable_sink, sequences, options):
         """``sequences``: (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k); ``options``: max_seqlen_q,
         max_seqlen_k, softmax_scale, window_left, window_right, kernel, softcap, deterministic."""
         scalars, deterministic = options[:-1], options[-1]
         forward = _OPS.varlen_fwd.default if torch.compiler.is_compiling() else varlen_outputs
-        out, lse = forward(q, k, v, *sequences, *scalars)
-        ctx.save_for_backward(q, k, v, out, lse, *sequences)
+        out, lse = forward(q, k, v, *sequences, *scalars, learnable_sink)
+        ctx.save_for_backward(q, k, v, out, lse, *sequences, learnable_sink)
         ctx.scalars = (*scalars[:5], deterministic, *scalars[5:])  # launch_varlen_bwd's order
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
+        *saved, learnable_sink = ctx.saved_tensors
         backward = _OPS.varlen_bwd.default if torch.compiler.is_compiling() else launch_varlen_bwd
-        dq, dk, dv = backward(dout, *ctx.saved_tensors, *ctx.scalars)
-        return dq, dk, dv, None, None
+        dq, dk, dv, dsink = backward(dout, *saved, *ctx.scalars, learnable_sink)
+        return dq, dk, dv, None if learnable_sink is None else dsink, None, None
 
 
 def flash_attn_varlen_func(
@@ -499,16 +583,17 @@ def flash_attn_varlen_func(
     seqused_k: torch.Tensor | None = None,
     validate: bool = False,
     kernel: str | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Exact attention over a packed batch of variable-length sequences, flash_attn's conventions; differentiable
-    in q, k and v.
+    in q, k, v (and learnable_sink).
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim), nheads % nheads_k == 0. Sequence b is rows
     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b + 1] of k and v (int32
     (batch + 1,) tensors on q's device, starting at 0); seqused_q / seqused_k (batch,) int32 limit each to its
     first tokens. max_seqlen_q / max_seqlen_k must be at least every sequence's length (they size the launch).
-    Sequences of length 0 are allowed anywhere. causal, window_size, softcap and softmax_scale as in
-    flash_attn_func, with each sequence's diagonal aligned bottom-right (key j of a sequence is aligned with its
+    Sequences of length 0 are allowed anywhere. causal, window_size, softcap, learnable_sink and softmax_scale as
+    in flash_attn_func, with each sequence's diagonal aligned bottom-right (key j of a sequence is aligned with its
     query i + seqlen_k - seqlen_q). Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q)
     float32; rows past a seqused_q get O = 0 and LSE = -inf. ``validate=True`` also checks the sequence tensors'
     values (a host sync: off by default so that the call stays asynchronous and graph-capturable).
@@ -527,6 +612,7 @@ def flash_attn_varlen_func(
         causal,
         window_size,
         softcap,
+        learnable_sink,
     )
     for name, flag in (("deterministic", deterministic), ("return_lse", return_lse), ("validate", validate)):
         if not isinstance(flag, bool):
@@ -543,10 +629,13 @@ def flash_attn_varlen_func(
     sequences = (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     scalars = (args.max_seqlen_q, args.max_seqlen_k, args.softmax_scale, *window, kernel or "auto", args.softcap)
     options = (*scalars, deterministic)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        out, lse = FlashAttentionVarlen.apply(q, k, v, sequences, options)
+    sink = learnable_sink
+    if torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
+    ):
+        out, lse = FlashAttentionVarlen.apply(q, k, v, sink, sequences, options)
     elif torch.compiler.is_compiling():
-        out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars)
+        out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars, sink)
     else:
-        out, lse = varlen_outputs(q, k, v, *sequences, *scalars)
+        out, lse = varlen_outputs(q, k, v, *sequences, *scalars, sink)
     return (out, lse) if return_lse else out

@@ -60,6 +60,7 @@ def flash_attn_with_kvcache(
     num_splits: int = 0,
     return_lse: bool = False,
     kernel: str | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of q over a key/value cache, after appending new keys and values to it in place: one step of
     incremental decoding, with flash_attn 2's conventions (``flash_attn.flash_attn_with_kvcache``). CUDA fp16 /
@@ -102,8 +103,8 @@ def flash_attn_with_kvcache(
     the query heads of a kv head share its tiles, and each sequence's keys are cut into ``num_splits`` chunks
     walked by thread blocks of their own (0: a heuristic from the batch, heads, capacity and SM count; 1: no
     split), merged in fp32. Several query rows under a mask run as one packed launch, whatever num_splits says.
-    softcap > 0 caps the scores, softcap * tanh(score / softcap), as in flash_attn_func. ``kernel`` picks a kernel
-    family by name, as in flash_attn_func.
+    softcap > 0 caps the scores, softcap * tanh(score / softcap), and learnable_sink (nheads,) joins every row's
+    softmax denominator, as in flash_attn_func. ``kernel`` picks a kernel family by name, as in flash_attn_func.
 
     No device value is read on the host: with tensor cache_seqlens a whole step (write and attention) can be
     captured in a CUDA graph and replayed after new values are copied into q, k, v and cache_seqlens.
@@ -130,6 +131,7 @@ def flash_attn_with_kvcache(
         rotary_interleaved,
         num_splits,
         return_lse,
+        learnable_sink,
     )
     validate_kvcache_kernel_inputs(q, k_cache, v_cache, args)
     if kernel is not None:
@@ -190,7 +192,7 @@ def flash_attn_with_kvcache(
                 chunks = split.key_chunks(first_rows, end, batch * capacity)
             else:
                 chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
-        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap)
+        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap, learnable_sink)
         return (out, lse) if return_lse else out
 
     if start is None:
@@ -207,6 +209,7 @@ def flash_attn_with_kvcache(
         *interface.kernel_window(a),
         name,
         a.softcap,
+        learnable_sink,
     )
     out = out.view(batch, seqlen_q, nheads, headdim)
     if not return_lse:

@@ -120,20 +120,27 @@ class SplitPlan:
         softmax_scale: float,
         kernel: str,
         softcap: float = 0.0,
+        learnable_sink: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Unmasked attention of q (batch, seqlen_q, nheads, headdim) to the rows of keys and values (rows,
         nheads_k, headdim) that ``key_chunks`` name, ``kernel`` a family name or "auto", scores capped by
-        ``softcap`` (> 0). Returns out (batch,
-        seqlen_q, nheads, headdim) and lse (batch, nheads, seqlen_q) float32; a query with no key gets O = 0 and
-        LSE = -inf. Validated inputs only (the callers' checks)."""
-        from flashcute.interface import varlen_outputs
+        ``softcap`` (> 0), ``learnable_sink`` (nheads,) in every row's denominator (joined by the combine, where
+        each row's head is known). Returns out (batch, seqlen_q, nheads, headdim) and lse (batch, nheads, seqlen_q)
+        float32; a query with no key gets O = 0 and LSE = -inf (the sink, with one). Validated inputs only (the
+        callers' checks)."""
+        from flashcute.interface import kernel_sink, varlen_outputs
 
         batch, seqlen_q, nheads, headdim = q.shape
         nheads_k, group, rows, splits = self.nheads_k, self.group, self.rows, self.splits
         out = q.new_empty(q.shape)
         lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+        sink = kernel_sink(learnable_sink)
         if self.max_keys == 0 or q.numel() == 0:
-            return out.zero_(), lse.fill_(-math.inf)
+            if sink is None:
+                lse.fill_(-math.inf)
+            else:
+                lse.copy_(sink[:, None].expand(nheads, seqlen_q))
+            return out.zero_(), lse
         cu_seqlens_q = self._cu_seqlens_q
         if cu_seqlens_q is None:
             cu_seqlens_q = torch.arange(0, (batch * splits + 1) * rows, rows, dtype=torch.int32, device=q.device)
@@ -152,6 +159,7 @@ class SplitPlan:
             partial_lse.view(nheads_k, batch, splits, rows),
             out.view(batch * seqlen_q, nheads_k, group, headdim).transpose(1, 2),
             lse.view(batch, nheads_k, group, seqlen_q),
+            None if sink is None else sink.view(nheads_k, group),
         )
         return out, lse
 

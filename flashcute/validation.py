@@ -439,7 +439,7 @@ KERNEL_MAX_HEADDIM = 256
 def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[Any, Any, Any]:
     """Check what the CUDA kernels need beyond `validate_attention_args`; return q, k, v ready to launch.
 
-    The kernels take no learnable_sink or alibi_slopes yet: a call with either is refused here, before any launch.
+    The kernels take no alibi_slopes yet: a call with them is refused here, before any launch.
 
     The kernels read 16-byte vectors, so every row (the last dim) must be contiguous and start on a 16-byte
     boundary: every other stride divisible by 16 bytes (and the data pointer, see `validate_pointers`). Strides
@@ -447,12 +447,11 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
     """
     import torch
 
-    for name in ("learnable_sink", "alibi_slopes"):
-        if getattr(args, name) is not None:
-            raise ValueError(
-                f"{name} is not supported by flashcute's CUDA kernels yet (flashcute.reference's CPU references "
-                "compute it)"
-            )
+    if args.alibi_slopes is not None:
+        raise ValueError(
+            "alibi_slopes is not supported by flashcute's CUDA kernels yet (flashcute.reference's CPU references "
+            "compute it)"
+        )
     tensors = {"q": q, "k": k, "v": v}
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):

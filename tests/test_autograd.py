@@ -30,9 +30,17 @@ def test_fake_kernels_propagate_shapes(fake_mode):
         assert (out.shape, out.dtype, out.device.type) == (q.shape, q.dtype, "cuda")
         assert (lse.shape, lse.dtype) == ((2, 8, 128), torch.float32)
         for deterministic in (False, True):
-            dq, dk, dv = torch.ops.flashcute.bwd(out, q, k, v, out, lse, 0.125, -32, -1, 0, deterministic, "auto")
-            assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+            grads = torch.ops.flashcute.bwd(out, q, k, v, out, lse, 0.125, -32, -1, 0, deterministic, "auto")
+            dq, dk, dv, dsink = grads
+            assert (dq.shape, dk.shape, dv.shape, dsink.shape) == (q.shape, k.shape, v.shape, (0,))
             assert (dq.dtype, dk.dtype) == (q.dtype, k.dtype)
+        sink = fake_cuda(fake_mode, 8, dtype=torch.float32)
+        scalars = (0.125, -32, -1, 0, False, "auto", 0.0)
+        for grads in (
+            torch.ops.flashcute.bwd(out, q, k, v, out, lse, *scalars, sink),
+            torch.ops.flashcute.bwd(out, q, k, v, out, lse, *scalars, learnable_sink=sink),
+        ):
+            assert (grads[3].shape, grads[3].dtype) == ((8,), torch.float32)
 
 
 def test_ops_have_no_python_autograd_layer():
@@ -83,20 +91,22 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
 
     def fake_bwd(dout, q, k, v, out, lse, *scalars):
         calls.append(("bwd", scalars))
-        return dout * 2, torch.ones_like(k), torch.zeros_like(v)
+        return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.full_like(scalars[-1], 3)
 
     monkeypatch.setattr(interface, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
     monkeypatch.setattr(interface, "_plans", {})  # plans made without the CUDA checks stay in this test
     monkeypatch.setattr(interface, "launch_fwd", fake_fwd)
     monkeypatch.setattr(interface, "launch_bwd", fake_bwd)
     q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
-    out = flash_attn_func(q, k, v, causal=True, softmax_scale=0.5, softcap=3.0)
+    sink = torch.randn(4, requires_grad=True)
+    out = flash_attn_func(q, k, v, causal=True, softmax_scale=0.5, softcap=3.0, learnable_sink=sink)
     assert type(out.grad_fn).__name__ == "FlashAttentionBackward"
     out.float().sum().backward()
-    expected = [("fwd", (0.5, 96 - 128, -1, 0, "auto", 3.0)), ("bwd", (0.5, 96 - 128, -1, 0, False, "auto", 3.0))]
-    assert calls == expected
+    fwd = (0.5, 96 - 128, -1, 0, "auto", 3.0)
+    assert [(name, scalars[:-1]) for name, scalars in calls] == [("fwd", fwd), ("bwd", (*fwd[:4], False, *fwd[4:]))]
+    assert all(scalars[-1] is sink for _, scalars in calls)  # the launches take the sinks behind the scalars
     assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))
-    assert torch.equal(v.grad, torch.zeros_like(v))
+    assert torch.equal(v.grad, torch.zeros_like(v)) and torch.equal(sink.grad, torch.full_like(sink, 3))
 
 
 def stand_in_launches(monkeypatch) -> list:
@@ -159,7 +169,8 @@ def test_a_cached_signature_still_rejects_bad_options(monkeypatch, bad, error):
 
 def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
     """Under torch.compile (a real compile on the CPU, stand-in launches) the forward graph calls flashcute::fwd
-    once, the backward graph flashcute::bwd once, with the forward's scalars; the gradients reach q, k and v."""
+    once, the backward graph flashcute::bwd once, with the forward's scalars; the gradients reach q, k, v and the
+    learnable sinks (from the stand-in's LSE = 0 and D = 1: dsink = -sum exp(sink - LSE) D = -rows * exp(sink))."""
     from flashcute import interface
 
     calls = stand_in_launches(monkeypatch)
@@ -167,7 +178,7 @@ def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
 
     def fake_bwd(dout, q, k, v, out, lse, *scalars, softcap):
         calls.append(("bwd", (*scalars, softcap)))
-        return dout * 2, torch.ones_like(k), torch.zeros_like(v)
+        return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.ones_like(lse)
 
     family = SimpleNamespace(backward=fake_bwd)  # what launch_bwd, the op's implementation, launches
     monkeypatch.setattr(interface.registry, "backward_family", lambda *args: family)
@@ -179,9 +190,14 @@ def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
 
     torch._dynamo.reset()
     backend = aot_autograd(fw_compiler=capture, bw_compiler=capture)
-    attend = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True, softmax_scale=0.5), backend=backend)
+    attend = torch.compile(
+        lambda q, k, v, sink: flash_attn_func(q, k, v, causal=True, softmax_scale=0.5, learnable_sink=sink),
+        backend=backend,
+    )
     q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
-    attend(q, k, v).float().sum().backward()
+    sink = torch.randn(4, requires_grad=True)
+    attend(q, k, v, sink).float().sum().backward()
+    assert torch.allclose(sink.grad, -2 * 128 * sink.detach().exp())
     targets = [[n.target for n in g.graph.nodes if n.op == "call_function"] for g in graphs]
     assert [t.count(torch.ops.flashcute.fwd.default) for t in targets] == [1, 0]
     assert [t.count(torch.ops.flashcute.bwd.default) for t in targets] == [0, 1]

@@ -44,7 +44,8 @@ PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for t
 
 # How the whole matrix samples each group of registry.variants (full_matrix): every variant of the Hopper family's
 # kernels, the dtypes in turn for the mma.sync family's forward and dK/dV kernels on their first target, and one
-# variant a bucket for the rest (the deterministic backward's kernels, packed batches, softcap, a later target).
+# variant a bucket for the rest (the deterministic backward's kernels, packed batches, softcap, sinks, a later
+# target).
 THIN = ("sm80-bwd-deterministic", "sm80-dq")
 
 
@@ -60,7 +61,7 @@ def full_matrix() -> list[tuple[object, str]]:
         for name in exact:
             family = name.split("-")[0]
             later = family in registry.FAMILIES and arch != registry.family(family).ARCHS[0]
-            if later or name.endswith(("-softcap", "-packed")) or name.startswith(THIN):
+            if later or name.endswith(("-softcap", "-sink", "-packed")) or name.startswith(THIN):
                 sampled = one_per_bucket
             elif family == "sm80":
                 sampled = dtype_in_turn
@@ -76,8 +77,8 @@ def full_matrix() -> list[tuple[object, str]]:
 def one_per_bucket(config) -> bool:
     """Whether the matrix builds this variant of a thinly sampled group: one a head-dim bucket (exact and padded),
     the masks and dtypes taken in turn. A family's variants on its later target (their source is the one built for
-    every dtype and mask on its first target; only ptxas's schedule differs), and the softcap groups (the cap is one
-    step on the scores, the same at every tile)."""
+    every dtype and mask on its first target; only ptxas's schedule differs), and the softcap and sink groups (the
+    cap is one step on the scores, the sink one term of the epilogue's statistics, the same at every tile)."""
     i = HEAD_DIM_BUCKETS.index(config.head_dim_padded)
     mask = list(MASK_NAMES).index((config.mask_right, config.mask_left))
     return mask == i % len(MASK_NAMES) and DTYPES.index(config.dtype) == i % len(DTYPES)
@@ -92,8 +93,8 @@ def representative() -> list[tuple[object, str]]:
         family = registry.family(name)
         kinds = family.variants(family.ARCHS[0], DTYPES, HEAD_DIM_BUCKETS, registry.MASK_VARIANTS, True)
         for kind in kinds:
-            # softcap is one step on the scores, whatever the tiles: its kinds at one bucket
-            for bucket in (PADDED_BUCKET,) if kind.endswith("-softcap") else HEAD_DIM_BUCKETS:
+            # softcap and sinks are one step each, whatever the tiles: their kinds at one bucket
+            for bucket in (PADDED_BUCKET,) if kind.endswith(("-softcap", "-sink")) else HEAD_DIM_BUCKETS:
                 arch = family.ARCHS[draw % len(family.ARCHS)]
                 window = registry.MASK_VARIANTS[draw % len(registry.MASK_VARIANTS)]
                 dtype = DTYPES[draw // 2 % 2]
@@ -175,6 +176,11 @@ _SOFTCAP_MMA_SYNC = (
     "(most spill plain too): the cap's multiplier beside the scale and, in the backward, each row's LSE kept for the "
     "cap's derivative (kernels/common/softcap.py) tip these over; their speed is the benchmark's to hold"
 )
+_SINK_MMA_SYNC = (
+    "the mma.sync forward with learnable sinks, at the plain variants' tiles, which already use all 255 registers a "
+    "thread (most spill plain too): the sink's joint max and the rescale in the epilogue's statistics "
+    "(softmax.finalize) add a few live values there: 23-104 spill instructions; their speed is the benchmark's to hold"
+)
 _PACKED_SM90_WIDE = (
     "Hopper forward at head dims 192 and 256 for packed batches: as _SM90_D256_CLAIMS, with a sequence's offsets and "
     "lengths beside the claimed index in the per-tile code: 5-35 spill instructions outside the K/V step loops"
@@ -216,6 +222,20 @@ KNOWN_SPILLS: dict[str, str] = {
             ]
         ),
         _SOFTCAP_MMA_SYNC,
+    ),
+    **dict.fromkeys(
+        _built(
+            [
+                "sm_80-bfloat16-d128-128x64w4s2-lazy8-both-sink",
+                "sm_80-bfloat16-d64-128x128w4s2-right-sink",
+                "sm_90a-bfloat16-d128-128x64w4s2-lazy8-both-sink",
+                "sm_90a-bfloat16-d128-128x64w4s2-lazy8-left-sink",
+                "sm_90a-bfloat16-d256-128x128w8s1-right-sink",
+                "sm_90a-bfloat16-d64-128x128w4s2-right-sink",
+                "sm_90a-float16-d96-128x64w4s1-left-sink",
+            ]
+        ),
+        _SINK_MMA_SYNC,
     ),
     **dict.fromkeys(
         _built(
@@ -272,8 +292,8 @@ KNOWN_SPILLS: dict[str, str] = {
             name
             for dtype in ("bfloat16", "float16")
             for mask in ("lazy8-nomask", "lazy8e-nomask", "lazy8e-left", "lazy8e-both", "lazy8e-right")
-            for softcap in ("", "-softcap")
-            if (name := f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}{softcap}") in EVERY_ID
+            for variant in ("", "-softcap", "-sink")
+            if (name := f"sm_90a-sm90-{dtype}-d256-128x80s2-early-{mask}{variant}") in EVERY_ID
         ),
         _SM90_D256_CLAIMS,
     ),

@@ -34,7 +34,7 @@ class PackedLaunchStandIn:
 
     def __call__(
         self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-        window_left, window_right, kernel, softcap=0.0,
+        window_left, window_right, kernel, softcap=0.0, learnable_sink=None,
     ):  # fmt: skip
         lengths = []
         for cu, used, rows, longest in (
@@ -50,17 +50,23 @@ class PackedLaunchStandIn:
         self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1]})
         out, lse = attention_varlen_ref(
             q, k, v, cu_seqlens_q, cu_seqlens_k, *(torch.tensor(n, dtype=torch.int32) for n in lengths),
-            softmax_scale, window_size=(window_left, window_right), softcap=softcap, return_lse=True,
+            softmax_scale, window_size=(window_left, window_right), softcap=softcap, learnable_sink=learnable_sink,
+            return_lse=True,
         )  # fmt: skip
         return out.to(q.dtype), lse  # LSE kept in float64 (the kernels' is float32): the splits merge exactly
 
 
-def combine_plainly(partial_out, partial_lse, out, lse) -> None:
+def combine_plainly(partial_out, partial_lse, out, lse, sink=None) -> None:
     """prepost.combine's result in float64: partial_out (batch, splits, rows, nheads_k, headdim) and partial_lse
     (nheads_k, batch, splits, rows) merged by their LSE weights into out (batch * seqlen_q, group, nheads_k,
-    headdim) and lse (batch, nheads_k, group, seqlen_q), a row being (position, head in the group)."""
-    batch, _, _, nheads_k, headdim = partial_out.shape
+    headdim) and lse (batch, nheads_k, group, seqlen_q), a row being (position, head in the group); a sink
+    (nheads_k, group) joins as one more split with O = 0."""
+    batch, _, rows, nheads_k, headdim = partial_out.shape
     lse_s = partial_lse.permute(1, 2, 3, 0).double()  # (batch, splits, rows, nheads_k)
+    if sink is not None:
+        sink_rows = sink.double().t().repeat(rows // sink.shape[1], 1)  # row (position, g) -> sink[:, g]
+        lse_s = torch.cat([lse_s, sink_rows.expand(batch, 1, rows, nheads_k)], dim=1)
+        partial_out = torch.cat([partial_out, partial_out.new_zeros(batch, 1, rows, nheads_k, headdim)], dim=1)
     total = torch.logsumexp(lse_s, dim=1)
     weights = torch.exp(lse_s - total[:, None]).nan_to_num(0.0)  # a row no split saw: 0, not NaN
     merged = (weights[..., None] * partial_out.double()).sum(1)
@@ -357,11 +363,16 @@ def cases(draw) -> Case:
         "num_splits": draw(st.sampled_from([0, 1, 3])),
         "softcap": draw(st.sampled_from([0.0, 0.0, 2.5])),
     }
+    nheads = nheads_k * draw(st.integers(1, 3))
+    if draw(st.integers(0, 3)) == 0:  # sinks exact in float32, the kernels' precision of them
+        values = st.sampled_from([-math.inf, -2.5, 0.0, 1.25, 40.0])
+        sinks = draw(st.lists(values, min_size=nheads, max_size=nheads))
+        options["learnable_sink"] = torch.tensor(sinks, dtype=torch.float64)
     return Case(
         layout=layout,
         batch=batch,
         seqlen_q=seqlen_q,
-        nheads=nheads_k * draw(st.integers(1, 3)),
+        nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
         batch_cache=batch_cache,

@@ -278,7 +278,7 @@ def test_score_tensors_index_the_sequences_of_a_packed_batch_and_q_of_a_kv_cache
         validate_kvcache_args(q, cache, cache, learnable_sink=torch.zeros(2))
 
 
-@pytest.mark.parametrize("name", ["learnable_sink", "alibi_slopes"])
+@pytest.mark.parametrize("name", ["alibi_slopes"])
 def test_cuda_kernels_refuse_them_before_any_other_check(name):
     q, kv = torch.zeros(2, 3, 4, 8), torch.zeros(2, 5, 2, 8)
     message = f"{name} is not supported by flashcute's CUDA kernels yet"

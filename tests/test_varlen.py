@@ -41,7 +41,8 @@ def packed(total: int, heads: int, head_dim: int, dtype, seed: int) -> torch.Ten
 
 
 def check_sequences(out, lse, q, k, v, lens_q, lens_k, used_q=None, used_k=None, **options):
-    """Every sequence's rows against the spec on that sequence; rows no sequence counts are O = 0, LSE = -inf."""
+    """Every sequence's rows against the spec on that sequence; rows no sequence counts are O = 0, LSE = -inf; a
+    sequence without keys has O = 0 and LSE = -inf, or its heads' learnable sinks."""
     cu_q, cu_k = starts(lens_q), starts(lens_k)
     counted = torch.zeros(q.shape[0], dtype=torch.bool, device=q.device)
     for b in range(len(lens_q)):
@@ -53,7 +54,9 @@ def check_sequences(out, lse, q, k, v, lens_q, lens_k, used_q=None, used_k=None,
         counted[sq] = True
         if nk == 0:
             assert torch.equal(out[sq], torch.zeros_like(out[sq])), f"sequence {b} has no key: O must be 0"
-            assert (lse[:, sq] == -math.inf).all(), f"sequence {b} has no key: LSE must be -inf"
+            sink = options.get("learnable_sink")
+            empty = torch.full((lse.shape[0], 1), -math.inf, device=lse.device) if sink is None else sink[:, None]
+            assert torch.equal(lse[:, sq], empty.float().expand(-1, nq)), f"sequence {b} has no key: LSE wrong"
             continue
         check_against_spec(out[None, sq], lse[None, :, sq], q[None, sq], k[None, sk], v[None, sk], **options)
     if used_q is not None:

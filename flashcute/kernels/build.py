@@ -79,6 +79,13 @@ class SymbolicProblem:
 
         return (vector(), vector(), vector(), vector(), cutlass.Int32(0), cutlass.Int32(0))
 
+    def head_vector(self):
+        """(nheads,) float32, contiguous: one value per query head (learnable sinks)."""
+        import cutlass
+        import cutlass.cute as cute
+
+        return cute.runtime.make_fake_tensor(cutlass.Float32, (self.nheads,), stride=(1,), assumed_align=4)
+
     def padded_row_stats(self):
         """(batch, nheads, seqlen_q rounded up to a Q tile) float32, 16-byte aligned rows: the Hopper backward's
         LSE * log2(e) and D, which it reads a tile at a time with bulk copies."""
@@ -92,12 +99,19 @@ class SymbolicProblem:
 
 def optional_arguments(p: SymbolicProblem, config) -> tuple:
     """What an attention kernel built for ``config`` takes behind the stream: a packed batch's arguments
-    (packed_batch; None for a dense batch, as launch.DENSE passes them) and, with ``config.softcap``, the cap."""
+    (packed_batch; None for a dense batch, as launch.DENSE passes them), with ``config.softcap`` the cap and with a
+    forward's ``config.sink`` the (nheads,) float32 sinks; None for each left out, the trailing ones dropped (the
+    launches pass None there)."""
     import cutlass
 
-    if not config.softcap:
-        return p.packed_batch() if config.packed else ()
-    return (*(p.packed_batch() if config.packed else (None,) * 6), cutlass.Float32(0.0))
+    after = [
+        *(p.packed_batch() if config.packed else (None,) * 6),
+        cutlass.Float32(0.0) if config.softcap else None,
+        p.head_vector() if getattr(config, "sink", False) else None,
+    ]
+    while after and after[-1] is None:
+        after.pop()
+    return tuple(after)
 
 
 def compile_kernel(

@@ -7,7 +7,9 @@ LSE_s. Over all the keys,
     LSE = log(sum_s exp(LSE_s)),    O = sum_s exp(LSE_s - LSE) * O_s,
 
 computed in fp32 against the largest LSE_s (a split that saw no key has LSE_s = -inf and weight 0; a row that no
-split saw gets O = 0 and LSE = -inf, as the attention kernels give it).
+split saw gets O = 0 and LSE = -inf, as the attention kernels give it). With learnable sinks (config.sink), the
+row's head's sink joins as one more split whose LSE_s is the sink and whose O_s is 0 (the attention kernels'
+softmax.finalize does the same where keys are not split): a row that no split saw gets O = 0 and LSE = sink.
 
 The partial rows are the grouped-query-packed rows of the split kernel: row r of sequence b and kv head h is the
 query at position r // group and head h * group + r % group. The combine writes O and LSE straight into
@@ -56,14 +58,17 @@ class SplitKvCombine:
         mO: cute.Tensor,  # (batch * seqlen_q, group, nheads_k, head_dim): out, flash_attn's layout seen by kv head
         mLSE: cute.Tensor,  # (batch, nheads_k, group, seqlen_q) float32: lse, flash_attn's layout seen by kv head
         stream: cuda.CUstream,
+        mSink: cute.Tensor | None = None,  # (nheads_k, group) float32: learnable sinks, with config.sink
     ):
         num_m_blocks = cute.ceil_div(mOp.shape[0] * mOp.shape[2], self.block_m)
-        self.kernel(mOp, mLSEp, mO, mLSE).launch(
+        self.kernel(mOp, mLSEp, mO, mLSE, mSink).launch(
             grid=[num_m_blocks, mOp.shape[3], 1], block=[self.num_threads, 1, 1], stream=stream
         )
 
     @cute.kernel
-    def kernel(self, mOp: cute.Tensor, mLSEp: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor):
+    def kernel(
+        self, mOp: cute.Tensor, mLSEp: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor, mSink: cute.Tensor | None
+    ):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head_idx, _ = cute.arch.block_idx()
         row = m_block * self.block_m + tidx // self.threads_per_row  # (batch_idx, r) flattened
@@ -72,8 +77,10 @@ class SplitKvCombine:
         group, seqlen_q = mO.shape[1], mLSE.shape[3]
         batch_idx, r = row // rows_per_seq, row % rows_per_seq
         if row < mOp.shape[0] * rows_per_seq:
-            # ---- the largest LSE_s of the row (0 when every split is empty, so that no -inf - -inf arises)
-            lse_max = -Float32.inf
+            # ---- the largest LSE_s of the row, the sink's among them (0 when every split is empty and there is no
+            # sink, so that no -inf - -inf arises)
+            sink = mSink[head_idx, row % group] if cutlass.const_expr(self.config.sink) else None
+            lse_max = -Float32.inf if cutlass.const_expr(sink is None) else sink
             for s in cutlass.range(num_splits):
                 lse_max = cute.arch.fmax(lse_max, mLSEp[head_idx, batch_idx, s, r])
             lse_max_log2 = (lse_max if lse_max != -Float32.inf else Float32(0.0)) * LOG2_E
@@ -85,6 +92,8 @@ class SplitKvCombine:
             acc = cute.make_rmem_tensor((VECTOR,), Float32)
             acc.fill(0.0)
             weight_sum = Float32(0.0)
+            if cutlass.const_expr(sink is not None):  # a split with O_s = 0
+                weight_sum = cute.math.exp2(sink * LOG2_E - lse_max_log2, fastmath=True)
             for s in cutlass.range(num_splits):
                 weight = cute.math.exp2(mLSEp[head_idx, batch_idx, s, r] * LOG2_E - lse_max_log2, fastmath=True)
                 weight_sum += weight

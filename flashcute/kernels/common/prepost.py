@@ -24,7 +24,8 @@ CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig)
 def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dump_dir: Path | None = None):
     """The preprocess: (out, dout, d, dq_accum or None), d (batch, nheads, seqlen_q) float32 and dq_accum float32,
     zeroed by the kernel, None when ``config.clear_dq_accum`` is off. The postprocess: (dq_accum, dq,
-    softmax_scale). The combine: (partial_out, partial_lse, out, lse), combine.SplitKvCombine's tensors."""
+    softmax_scale). The combine: (partial_out, partial_lse, out, lse, sink), combine.SplitKvCombine's tensors, sink
+    only with ``config.sink``."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
     import cutlass.cute as cute
@@ -49,7 +50,8 @@ def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dum
             fake_rows(p.dtype, (positions, group, nheads_k, p.head_dim)),
             fake_stats((batch, nheads_k, group, seqlen_q)),
         )
-        return compile_kernel(SplitKvCombine(config), config, arch, dump_dir, *tensors, scalars=())
+        sink = (fake_stats((nheads_k, group)),) if config.sink else ()
+        return compile_kernel(SplitKvCombine(config), config, arch, dump_dir, *tensors, scalars=(), after=sink)
     from flashcute.kernels.common.bwd_post import FlashAttentionBackwardPostprocess
 
     tensors = (p.q_like(cutlass.Float32), p.q_like())
@@ -58,13 +60,14 @@ def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dum
 
 def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostConfig | CombineConfig]:
     """The preprocess (zeroing dQaccum or not), the postprocess and the combine, per dtype x head-dim bucket (x
-    exact/padded head dim); they have no mask."""
+    exact/padded head dim; the combine with sinks at the exact head dims); they have no mask."""
     configs = []
     for dtype in dtypes:
         for bucket in buckets:
             for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
                 configs += [bwd_pre_config(head_dim, dtype), bwd_pre_config(head_dim, dtype, clear_dq_accum=False)]
                 configs += [bwd_post_config(head_dim, dtype), combine_config(head_dim, dtype)]
+            configs.append(combine_config(bucket, dtype, sink=True))
     return configs
 
 
@@ -81,10 +84,17 @@ def postprocess(dq_accum: torch.Tensor, dq: torch.Tensor, softmax_scale: float) 
     run_on_device(dq.device, compiled(config, dq.device, compile), dq_accum, dq, softmax_scale)
 
 
-def combine(partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+def combine(
+    partial_out: torch.Tensor,
+    partial_lse: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    sink: torch.Tensor | None = None,
+) -> None:
     """Split-KV attention's O and LSE from its splits' (combine.SplitKvCombine): partial_out (batch, splits,
     seqlen_q * group, nheads_k, head_dim), partial_lse (nheads_k, batch, splits, seqlen_q * group) float32; out
     (batch * seqlen_q, group, nheads_k, head_dim) and lse (batch, nheads_k, group, seqlen_q) float32, views of
-    flash_attn's layouts."""
-    config = combine_config(out.shape[-1], dtype_name(out))
-    run_on_device(out.device, compiled(config, out.device, compile), partial_out, partial_lse, out, lse)
+    flash_attn's layouts; ``sink``, learnable sinks as (nheads_k, group) contiguous float32, join every row's sum."""
+    config = combine_config(out.shape[-1], dtype_name(out), sink=sink is not None)
+    sinks = () if sink is None else (sink,)
+    run_on_device(out.device, compiled(config, out.device, compile), partial_out, partial_lse, out, lse, *sinks)

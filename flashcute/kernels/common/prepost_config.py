@@ -83,22 +83,25 @@ def bwd_post_config(head_dim: int, dtype: str) -> BwdPostConfig:
 @dataclass(frozen=True)
 class CombineConfig:
     """Split-KV attention's combine (kernels/common/combine.py): O and LSE from the splits' partial O_s and LSE_s,
-    one 16-byte vector of a row per thread, thread blocks of num_warps warps."""
+    one 16-byte vector of a row per thread, thread blocks of num_warps warps; with ``sink``, each row's head's
+    learnable sink joins the sum as one more split with O_s = 0."""
 
     dtype: str
     head_dim_padded: int
     exact_head_dim: bool
     num_warps: int
+    sink: bool = False
 
     @property
     def label(self) -> str:
-        """ "combine-bfloat16-d128-w4"."""
-        return f"combine-{self.dtype}-{head_dim_label(self)}-w{self.num_warps}"
+        """ "combine-bfloat16-d128-w4" ("-sink" with sinks)."""
+        return f"combine-{self.dtype}-{head_dim_label(self)}-w{self.num_warps}{'-sink' if self.sink else ''}"
 
 
 @functools.cache
-def combine_config(head_dim: int, dtype: str) -> CombineConfig:
-    """The heuristic for split-KV attention's combine."""
+def combine_config(head_dim: int, dtype: str, sink: bool = False) -> CombineConfig:
+    """The heuristic for split-KV attention's combine (``sink``: with learnable sinks)."""
     bucket = head_dim_bucket(head_dim)
     # 4 warps: 8 rows a block at D=128; a few thousand rows a call, so the launch, not the kernel, is the cost
-    return CombineConfig(dtype=dtype, head_dim_padded=bucket, exact_head_dim=head_dim == bucket, num_warps=4)
+    exact = head_dim == bucket
+    return CombineConfig(dtype=dtype, head_dim_padded=bucket, exact_head_dim=exact, num_warps=4, sink=sink)

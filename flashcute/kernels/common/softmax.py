@@ -258,17 +258,35 @@ class OnlineSoftmax:
                 self.row_max[r] = row_max[r]
 
     @cute.jit
-    def finalize(self) -> tuple[cute.Tensor, cute.Tensor]:
-        """Step 7's statistics: (1 / l per row, LSE per row). A row with l = 0 saw no key: O = 0, LSE = -inf."""
+    def finalize(self, sink: Float32 | None = None) -> tuple[cute.Tensor, cute.Tensor]:
+        """Step 7's statistics: (the factor that turns U into O per row, LSE per row), the factor 1 / l. A row with
+        l = 0 saw no key: O = 0, LSE = -inf.
+
+        ``sink``: a learnable sink's logit, one more term exp(sink) in every row's denominator (the row's head's).
+        It joins against the larger of the row's max and itself, so that a sink far above the scores cannot
+        overflow: with s = sink * log2(e) and M = max(m * scale_log2, s), l' = l * 2^(m * scale_log2 - M) + 2^(s - M)
+        and O = U * 2^(m * scale_log2 - M) / l', LSE = (M + log2 l') ln 2. A row that saw no key gets O = 0 and
+        LSE = sink, exactly."""
         inv_sum = cute.make_rmem_tensor(self.row_sum.shape, Float32)
         lse = cute.make_rmem_tensor(self.row_sum.shape, Float32)
         add = lambda a, b: a + b  # noqa: E731
         for r in cutlass.range_constexpr(cute.size(self.row_sum)):
             row_sum = quad_reduce(self.row_sum[r], add)
             empty = row_sum == 0.0
-            inv_sum[r] = Float32(0.0) if empty else cute.arch.rcp_approx(row_sum)
-            log2_sum = cute.math.log2(row_sum, fastmath=True)
-            lse[r] = -Float32.inf if empty else (self.row_max[r] * self.scale_log2 + log2_sum) * LN2
+            if cutlass.const_expr(sink is None):
+                inv_sum[r] = Float32(0.0) if empty else cute.arch.rcp_approx(row_sum)
+                log2_sum = cute.math.log2(row_sum, fastmath=True)
+                lse[r] = -Float32.inf if empty else (self.row_max[r] * self.scale_log2 + log2_sum) * LN2
+            else:
+                # an empty row's m may be -inf: it takes the sink's (any m serves while l = 0)
+                sink_log2 = sink * LOG2_E
+                max_log2 = sink_log2 if empty else self.row_max[r] * self.scale_log2
+                joint_max = cute.arch.fmax(max_log2, sink_log2)
+                shrink = cute.math.exp2(max_log2 - joint_max, fastmath=True)
+                joint_sum = row_sum * shrink + cute.math.exp2(sink_log2 - joint_max, fastmath=True)
+                inv_sum[r] = Float32(0.0) if empty else shrink * cute.arch.rcp_approx(joint_sum)
+                log2_sum = cute.math.log2(joint_sum, fastmath=True)
+                lse[r] = sink if empty else (joint_max + log2_sum) * LN2
         return inv_sum, lse
 
 

@@ -29,6 +29,7 @@ class FwdConfig:
                       steps skip the row max, and U is rescaled only in warps where a row's max moved
     packed:           the batch is packed variable-length sequences (kernels/common/seqlen.py)
     softcap:          the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py)
+    sink:             every row's denominator takes its head's learnable sink (softmax.finalize)
     """
 
     dtype: str
@@ -43,6 +44,7 @@ class FwdConfig:
     lazy_rescale: bool = False
     packed: bool = False
     softcap: bool = False
+    sink: bool = False
 
     @property
     def num_threads(self) -> int:
@@ -87,9 +89,11 @@ def fwd_config(
     arch: str = "sm_80",
     packed: bool = False,
     softcap: bool = False,
+    sink: bool = False,
 ) -> FwdConfig:
     """The heuristic for the sm80 forward kernel on target ``arch`` (window_right = 0 is causal; ``packed``: for
-    packed variable-length batches, ``softcap``: for capped scores, both with the same tiles)."""
+    packed variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, each with the
+    same tiles)."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
     for block_m, block_n, num_warps, num_stages in _forward_tiles(bucket, mask_right or mask_left):
@@ -107,6 +111,7 @@ def fwd_config(
             lazy_rescale=bucket == 128,
             packed=packed,
             softcap=softcap,
+            sink=sink,
         )
         if config.smem_bytes() <= smem_limit(arch):
             break

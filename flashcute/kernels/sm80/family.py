@@ -83,11 +83,11 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
         for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
             for kind, make in kinds.items():
                 found[kind].append(make(head_dim, dtype, window))
-    # packed batches and capped scores: the exact head dims (each is orthogonal to padding)
-    for variant in ("packed", "softcap"):
-        for kind, make in kinds.items():
+    # packed batches, capped scores and sinks (the forward alone): the exact head dims (each is orthogonal to padding)
+    for variant, variant_kinds in (("packed", kinds), ("softcap", kinds), ("sink", ("fwd",))):
+        for kind in variant_kinds:
             found[f"{kind}-{variant}"] = [
-                dataclasses.replace(make(bucket, dtype, window), **{variant: True})
+                dataclasses.replace(kinds[kind](bucket, dtype, window), **{variant: True})
                 for dtype, bucket, window in itertools.product(dtypes, buckets, masks)
             ]
     return found
@@ -102,24 +102,38 @@ def forward_launcher(
     packed: bool = False,
     config: FwdConfig | None = None,
     softcap: bool = False,
+    sink: bool = False,
 ):
-    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0)`` for validated inputs
-    of this device, dtype, head dim and window (outputs allocated by the caller), with the heuristic's config or
-    ``config`` (tests, tuning). ``packed``: the launches take packed variable-length batches
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None)`` for
+    validated inputs of this device, dtype, head dim and window (outputs allocated by the caller), with the
+    heuristic's config or ``config`` (tests, tuning). ``packed``: the launches take packed variable-length batches
     (kernels/common/seqlen.py), q (1, total_q, nheads, head_dim) and lse (1, nheads, total_q), and their
-    packed_args. ``softcap``: the kernel caps the scores, by the launch's softcap (> 0)."""
+    packed_args. ``softcap``: the kernel caps the scores, by the launch's softcap (> 0). ``sink``: every row's
+    softmax denominator takes its head's learnable sink, the launch's (nheads,) contiguous float32 ``sink``."""
     if config is None:
         arch = device_arch(device)
-        config = fwd_config(head_dim, dtype, window_left, window_right, arch=arch, packed=packed, softcap=softcap)
+        config = fwd_config(
+            head_dim, dtype, window_left, window_right, arch=arch, packed=packed, softcap=softcap, sink=sink
+        )
     kernel = compiled(config, device, compile)
     scalars = (window_left, window_right)
     capped = config.softcap
 
     def launch(
-        q, k, v, out, lse, softmax_scale: float, diag_offset: int, packed_args: tuple = DENSE, softcap: float = 0.0
+        q,
+        k,
+        v,
+        out,
+        lse,
+        softmax_scale: float,
+        diag_offset: int,
+        packed_args: tuple = DENSE,
+        softcap: float = 0.0,
+        sink: torch.Tensor | None = None,
     ) -> None:
         cap = softcap if capped else None  # None: an optional argument the kernel leaves out
-        run_on_device(device, kernel, q, k, v, out, lse, softmax_scale, diag_offset, *scalars, *packed_args, cap)
+        args = (q, k, v, out, lse, softmax_scale, diag_offset, *scalars, *packed_args, cap, sink)
+        run_on_device(device, kernel, *args)
 
     return launch
 
@@ -142,8 +156,8 @@ def backward(
     deterministic: bool,
     packed_args: tuple | None = None,
     softcap: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv): the preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32
     atomics into a buffer the preprocess zeroes, scaled and cast by the postprocess, or, deterministic, from the dQ
     kernel, which adds in a fixed order. ``packed_args``: a packed variable-length batch's (forward_launcher), the
     tensors shaped as its launches take them; the kernels' outputs are zeroed first, since they write no row that
@@ -168,4 +182,4 @@ def backward(
         run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars, *after)
     else:
         prepost.postprocess(dq_accum, dq, softmax_scale)
-    return dq, dk, dv
+    return dq, dk, dv, delta

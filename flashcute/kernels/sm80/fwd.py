@@ -79,6 +79,7 @@ class FlashAttentionForwardSm80:
         max_seqlen_q: Int32 | None = None,  # the longest sequence of a packed batch
         max_seqlen_k: Int32 | None = None,
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
+        mSink: cute.Tensor | None = None,  # (nheads,) float32: learnable sinks, when config.sink (softmax.finalize)
     ):
         smem_atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
         sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, self.head_dim_padded), (0, 1))
@@ -110,6 +111,7 @@ class FlashAttentionForwardSm80:
             mCuSeqlensK,
             mSeqUsedQ,
             mSeqUsedK,
+            mSink,
             scale_log2,
             softcap_multiplier,
             diag_offset,
@@ -151,6 +153,7 @@ class FlashAttentionForwardSm80:
         mCuSeqlensK: cute.Tensor | None,
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
+        mSink: cute.Tensor | None,
         scale_log2: Float32,
         softcap_multiplier: Float32 | None,
         diag_offset: Int32,
@@ -312,8 +315,9 @@ class FlashAttentionForwardSm80:
             for i in cutlass.range(left_end - n_block_min, unroll=1):
                 compute_one_n_block(left_end - 1 - i, False, True)
 
-        # ---- step 7: O = U / l, LSE = scale * m + log l; O leaves through shared memory (sQ's bytes)
-        inv_sum, lse = softmax.finalize()
+        # ---- step 7: O = U / l, LSE = scale * m + log l (the head's sink in l, with config.sink); O leaves
+        # through shared memory (sQ's bytes)
+        inv_sum, lse = softmax.finalize(mSink[head_idx] if cutlass.const_expr(cfg.sink) else None)
         softmax.rescale_o(acc_O, inv_sum)
         cute.arch.cp_async_wait_group(0)  # no cp.async may still write sQ (the loop may have run zero times)
         cute.arch.sync_threads()  # every warp is done reading sQ

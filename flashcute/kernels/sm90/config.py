@@ -38,6 +38,7 @@ class Sm90FwdConfig:
                         after that P V (softmax.online_softmax_kept_max)
     packed:             the batch is packed variable-length sequences (kernels/common/seqlen.py)
     softcap:            the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py)
+    sink:               every row's denominator takes its head's learnable sink (softmax.finalize)
     """
 
     dtype: str
@@ -55,6 +56,7 @@ class Sm90FwdConfig:
     exp_in_place: bool = False
     packed: bool = False
     softcap: bool = False
+    sink: bool = False
 
     @property
     def label(self) -> str:
@@ -131,9 +133,11 @@ def sm90_fwd_config(
     window_right: int = -1,
     packed: bool = False,
     softcap: bool = False,
+    sink: bool = False,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel (window_right = 0 is causal; ``packed``: for packed
-    variable-length batches, ``softcap``: for capped scores, both with the same tiles)."""
+    variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, each with the same
+    tiles)."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
     masked = mask_right or mask_left
@@ -157,6 +161,7 @@ def sm90_fwd_config(
         exp_in_place=masked and bucket >= 192,
         packed=packed,
         softcap=softcap,
+        sink=sink,
     )
 
 

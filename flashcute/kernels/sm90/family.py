@@ -70,6 +70,7 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
     and padded head dim; packed batches and capped scores at the exact head dims only, each orthogonal to
     padding); the backward at the buckets it has tiles for."""
     found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": [], "fwd-softcap": [], "bwd-softcap": []}
+    found["fwd-sink"] = []
     if arch not in ARCHS:
         return found
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
@@ -82,6 +83,8 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found[f"fwd-{variant}"].append(sm90_fwd_config(bucket, dtype, *window, **{variant: True}))
             if sm90_bwd_supports(bucket):
                 found[f"bwd-{variant}"].append(sm90_bwd_config(bucket, dtype, *window, **{variant: True}))
+    for dtype, bucket, window in itertools.product(dtypes, buckets, masks):  # a sink changes the forward alone
+        found["fwd-sink"].append(sm90_fwd_config(bucket, dtype, *window, sink=True))
     return found
 
 
@@ -109,25 +112,36 @@ def forward_launcher(
     config: Sm90FwdConfig | None = None,
     grid: int | None = None,
     softcap: bool = False,
+    sink: bool = False,
 ):
-    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0)`` for validated inputs
-    of this device, dtype, head dim and window (outputs allocated by the caller), with the heuristic's config or
-    ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests: fewer blocks, each claiming
-    several tiles). ``packed`` and ``softcap`` as in the sm80 family's forward_launcher."""
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None)`` for
+    validated inputs of this device, dtype, head dim and window (outputs allocated by the caller), with the
+    heuristic's config or ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests: fewer
+    blocks, each claiming several tiles). ``packed``, ``softcap`` and ``sink`` as in the sm80 family's
+    forward_launcher."""
     if config is None:
-        config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed, softcap=softcap)
+        config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed, softcap=softcap, sink=sink)
     kernel = compiled(config, device, compile)
     max_grid = grid or num_sms(device)
     capped = config.softcap
 
     def launch(
-        q, k, v, out, lse, softmax_scale: float, diag_offset: int, packed_args: tuple = DENSE, softcap: float = 0.0
+        q,
+        k,
+        v,
+        out,
+        lse,
+        softmax_scale: float,
+        diag_offset: int,
+        packed_args: tuple = DENSE,
+        softcap: float = 0.0,
+        sink: torch.Tensor | None = None,
     ) -> None:
         q, k, v = tma_addressable(q), tma_addressable(k), tma_addressable(v)
         counter = tile_counter(device)
         scalars = (softmax_scale, diag_offset, window_left, window_right, max_grid)
         cap = softcap if capped else None  # None: an optional argument the kernel leaves out
-        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap)
+        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap, sink)
 
     return launch
 
@@ -180,8 +194,8 @@ def backward(
     deterministic: bool,
     packed_args: tuple | None = None,
     softcap: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv): the preprocess D = rowsum(dO * O) (and dQaccum zeroed); the Hopper kernel, which adds dQ by TMA
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O) (and dQaccum zeroed); the Hopper kernel, which adds dQ by TMA
     reduce-adds of whole tiles and applies softmax_scale; the postprocess casts dQ. ``packed_args``: a packed
     variable-length batch's (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in
     the rows of PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written).
@@ -196,7 +210,8 @@ def backward(
     else:
         rows = -(-seqlen_q // config.block_m) * config.block_m  # whole Q tiles, bulk-copied a tile at a time
         delta = torch.empty((batch, nheads, rows), dtype=torch.float32, device=q.device)
-    prepost.preprocess(dout, out, delta[..., :seqlen_q], dq_accum)
+    rows_d = delta[..., :seqlen_q]
+    prepost.preprocess(dout, out, rows_d, dq_accum)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk, dv = ((torch.zeros if packed else torch.empty)(t.shape, dtype=t.dtype, device=t.device) for t in (k, v))
     q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
@@ -212,7 +227,7 @@ def backward(
     after = (*(packed_args or DENSE), softcap if capped else None)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     prepost.postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
-    return dq, dk, dv
+    return dq, dk, dv, rows_d
 
 
 class PaddedStatsRows:

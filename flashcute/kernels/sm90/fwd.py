@@ -28,6 +28,7 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   left.
 
 With softcap, every score tile is capped as it lands, before the mask and the softmax (kernels/common/softcap.py).
+With learnable sinks, each row's denominator takes its head's sink in the epilogue (softmax.finalize).
 
 K/V tiles are split into masked and unmasked runs by TileInfo as in the sm80 kernel; the walk takes the last tile
 first, then the unmasked run downwards, then the rest of the right-masked run and the left-masked run (mainloop
@@ -135,6 +136,7 @@ class FlashAttentionForwardSm90:
         max_seqlen_q: Int32 | None = None,  # the longest sequence of a packed batch
         max_seqlen_k: Int32 | None = None,
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
+        mSink: cute.Tensor | None = None,  # (nheads,) float32: learnable sinks, when config.sink (softmax.finalize)
     ):
         d = self.head_dim_padded
         sQ_layout = tma.smem_layout(self.dtype, 64, d, self.num_wg)  # one 64-row stage per consumer warpgroup
@@ -187,6 +189,7 @@ class FlashAttentionForwardSm90:
             mCuSeqlensK,
             mSeqUsedQ,
             mSeqUsedK,
+            mSink,
             tma_Q,
             tma_K,
             tma_V,
@@ -233,6 +236,7 @@ class FlashAttentionForwardSm90:
         mCuSeqlensK: cute.Tensor | None,
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
+        mSink: cute.Tensor | None,
         tma_Q: cute.CopyAtom,
         tma_K: cute.CopyAtom,
         tma_V: cute.CopyAtom,
@@ -339,6 +343,7 @@ class FlashAttentionForwardSm90:
                 tiles,
                 scale_log2,
                 softcap_multiplier,
+                mSink,
                 tiled_mma_qk,
                 tiled_mma_pv,
             )
@@ -606,6 +611,7 @@ class FlashAttentionForwardSm90:
         tiles: SimpleNamespace,
         scale_log2: Float32,
         softcap_multiplier: Float32 | None,
+        mSink: cute.Tensor | None,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
     ):
@@ -647,6 +653,7 @@ class FlashAttentionForwardSm90:
             sQ=sQ_wg,  # for scores_by_fma (exp_in_place)
             sK=sK,
             softcap_multiplier=softcap_multiplier,  # apply_softcap's, with config.softcap
+            sink=mSink,  # with config.sink
         )
 
         if cutlass.const_expr(self.take_turns):  # noqa: SIM102 (a compile-time test around a run-time one)
@@ -690,7 +697,8 @@ class FlashAttentionForwardSm90:
             kv_state = self.mainloop(mma, pipes, softmax, mask, tile, wg, kv_state)
         if cutlass.const_expr(not self.config.o_aliases_q):
             pipes.q.consumer_release(q_state)  # the next tile's Q may load while this one's O is stored
-        self.epilogue(mO, mLSE, tma_O, sO, softmax, mma.acc_O, mma.tiled_mma_pv, tile, wg)
+        sink = mma.sink[tile.head_idx] if cutlass.const_expr(self.config.sink) else None
+        self.epilogue(mO, mLSE, tma_O, sO, softmax, sink, mma.acc_O, mma.tiled_mma_pv, tile, wg)
         if cutlass.const_expr(self.config.o_aliases_q):
             pipes.q.consumer_release(q_state)  # O has left Q's shared memory
         q_state.advance()
@@ -704,15 +712,17 @@ class FlashAttentionForwardSm90:
         tma_O: cute.CopyAtom,
         sO: cute.Tensor,
         softmax: OnlineSoftmax,
+        sink: Float32 | None,
         acc_O: cute.Tensor,
         tiled_mma_pv: cute.TiledMma,
         tile: SimpleNamespace,
         wg: Int32,
     ):
         """Step 7: O = U / l, LSE; O leaves through this warpgroup's part of sQ (or its own buffer), by TMA, or in a
-        packed batch by the threads' stores of the rows inside the sequence."""
+        packed batch by the threads' stores of the rows inside the sequence. ``sink``: the tile's head's learnable
+        sink, with config.sink."""
         wg_tidx = cute.arch.thread_idx()[0] % 128
-        inv_sum, lse = softmax.finalize()
+        inv_sum, lse = softmax.finalize(sink)
         softmax.rescale_o(acc_O, inv_sum)
         q_tile = tile.m_block * self.num_wg + wg
         rows_left = tile.seq.seqlen_q - q_tile * 64

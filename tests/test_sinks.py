@@ -1,0 +1,180 @@
+"""Learnable sinks on the GPU (one logit per query head in every row's softmax denominator, flash-attn-4's
+convention, gpt-oss): the forward into NaN-poisoned outputs and its LSE against the float64 spec, the gradients of
+q, k, v and the sinks against float64 autograd through the spec (design.md's error budget), on every kernel family,
+through flash_attn_func, flash_attn_varlen_func, the split-KV path and flash_attn_with_kvcache."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import flashcute
+from flashcute.interface import kernel_window, launch_fwd
+from flashcute.reference import attention_kvcache_ref, attention_ref, attention_same_precision
+from flashcute.validation import validate_attention_args
+from tests.helpers import check_against_spec
+from tests.test_varlen import check_sequences, cu_seqlens, packed, starts
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16]
+MASKS = [{}, {"causal": True}, {"window_size": (40, 9)}, {"causal": True, "causal_align": "top_left"}]
+# sinks: typical learned values, one far above every score (rows then weigh almost nothing), and one head without
+# a sink at all (-inf), beside ordinary ones
+SINKS = {
+    "normal": lambda h: torch.randn(h) * 2,
+    "high": lambda h: torch.full((h,), 30.0),
+    "mixed": lambda h: torch.tensor([-math.inf, 0.5, -3.0, 8.0] * h)[:h],
+}
+
+
+def inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, sinks="normal"):
+    q = torch.randn(batch, seqlen_q, nheads, head_dim, device="cuda", dtype=dtype)
+    k, v = (torch.randn(batch, seqlen_k, nheads_k, head_dim, device="cuda", dtype=dtype) for _ in "kv")
+    return q, k, v, SINKS[sinks](nheads).to("cuda")
+
+
+def check_forward(q, k, v, sink, kernel, **options):
+    args = validate_attention_args(q, k, v, **options, learnable_sink=sink)
+    out = torch.full_like(q, math.nan)
+    lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device="cuda")
+    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
+    launch_fwd(q, k, v, out, lse, *scalars, kernel, args.softcap, sink)
+    check_against_spec(out, lse, q, k, v, learnable_sink=sink, **options)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("sinks", list(SINKS))
+@pytest.mark.parametrize("mask", MASKS, ids=str)
+@pytest.mark.parametrize(("seqlen_q", "seqlen_k"), [(1, 1), (113, 203), (700, 700), (300, 70)], ids=str)
+def test_forward(dtype, sinks, mask, seqlen_q, seqlen_k, kernel):
+    """(300, 70) under a bottom-right causal mask: the first 230 rows see no key, O = 0 and LSE = the sink."""
+    check_forward(*inputs(2, seqlen_q, seqlen_k, 4, 2, 128, dtype, sinks), kernel, **mask)
+
+
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 192, 256, 72])
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_head_dims(head_dim, causal, kernel):
+    check_forward(*inputs(1, 300, 300, 4, 2, head_dim, torch.bfloat16), kernel, causal=causal)
+
+
+def test_forward_with_softcap(kernel):
+    q, k, v, sink = inputs(2, 200, 333, 4, 1, 64, torch.float16)
+    check_forward(q * 2, k, v, sink, kernel, softcap=3.0, causal=True)
+
+
+def grads(fn, q, k, v, sink, dout):
+    q, k, v, sink = (t.detach().clone().requires_grad_() for t in (q, k, v, sink))
+    fn(q, k, v, sink).backward(dout)
+    return q.grad, k.grad, v.grad, sink.grad
+
+
+def check_grads(q, k, v, sink, kernel=None, deterministic=False, atol=1e-4, **options):
+    """dQ, dK, dV and the sinks' gradient within 2x the same-precision baseline's error + atol of float64."""
+    dout = torch.randn_like(q)
+    run = {"kernel": kernel, "deterministic": deterministic, **options}
+    ours = grads(lambda *t: flashcute.flash_attn_func(*t[:3], learnable_sink=t[3], **run), q, k, v, sink, dout)
+    base = grads(lambda *t: attention_same_precision(*t[:3], learnable_sink=t[3], **options), q, k, v, sink, dout)
+    wide = (t.double() for t in (q, k, v, sink, dout))
+    spec = grads(lambda *t: attention_ref(*t[:3], learnable_sink=t[3], **options), *wide)
+    for name, g, b, r in zip(("dq", "dk", "dv", "dsink"), ours, base, spec, strict=True):
+        assert g.shape == r.shape and not g.isnan().any(), name
+        err, base_err = ((x.double() - r).abs().max().item() for x in (g, b))
+        assert err <= 2 * base_err + atol, f"{name}: max abs error {err:.3g} > 2 x baseline {base_err:.3g} + {atol}"
+        norm = r.norm().item() or 1.0
+        rel, base_rel = ((x.double() - r).norm().item() / norm for x in (g, b))
+        assert rel <= 2 * base_rel + atol, f"{name}: relative L2 {rel:.3g} > 2 x baseline {base_rel:.3g} + {atol}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mask", MASKS, ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_backward(dtype, mask, head_dim, kernel):
+    check_grads(*inputs(2, 203, 177, 4, 2, head_dim, dtype, "mixed"), kernel=kernel, **mask)
+
+
+@pytest.mark.parametrize("head_dim", [32, 96, 192, 256])
+def test_backward_head_dims(head_dim, kernel):
+    check_grads(*inputs(1, 150, 260, 2, 1, head_dim, torch.bfloat16), kernel=kernel, causal=True)
+
+
+@pytest.mark.parametrize("mask", MASKS[:3], ids=str)
+def test_deterministic_backward(mask):
+    check_grads(*inputs(2, 190, 190, 2, 2, 128, torch.float16), deterministic=True, **mask)
+
+
+def test_rows_without_keys_give_the_sink_no_gradient(kernel):
+    """Bottom-right causal with seqlen_q > seqlen_k: rows that see no key have O = 0 whatever the sink, so they
+    add nothing to its gradient (their p_sink = 1, D = 0)."""
+    check_grads(*inputs(1, 300, 70, 2, 2, 64, torch.bfloat16), kernel=kernel, causal=True)
+
+
+def test_sink_gradient_keeps_its_dtype(kernel):
+    q, k, v, sink = inputs(1, 64, 64, 2, 2, 64, torch.bfloat16)
+    sink = sink.to(torch.bfloat16).requires_grad_()
+    flashcute.flash_attn_func(q, k, v, learnable_sink=sink, kernel=kernel).float().sum().backward()
+    assert sink.grad.dtype == torch.bfloat16 and sink.grad.shape == (2,)
+
+
+def test_a_call_without_sinks_is_unchanged(kernel):
+    q, k, v, sink = inputs(1, 257, 257, 2, 2, 128, torch.bfloat16)
+    plain = flashcute.flash_attn_func(q, k, v, causal=True, kernel=kernel)
+    assert torch.equal(flashcute.flash_attn_func(q, k, v, causal=True, learnable_sink=None, kernel=kernel), plain)
+    assert not torch.equal(flashcute.flash_attn_func(q, k, v, causal=True, learnable_sink=sink, kernel=kernel), plain)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_forward_and_backward(causal, kernel):
+    lens_q, lens_k = [5, 0, 130, 300, 4], [7, 3, 130, 90, 0]
+    q, k, v = (
+        packed(sum(n), h, 64, torch.bfloat16, seed) for n, h, seed in ((lens_q, 4, 1), (lens_k, 2, 2), (lens_k, 2, 3))
+    )
+    sink = SINKS["mixed"](4).to("cuda")
+    cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, sink)]
+    out, lse = flashcute.flash_attn_varlen_func(
+        *leaves[:3], cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True, kernel=kernel,
+        learnable_sink=leaves[3],
+    )  # fmt: skip
+    check_sequences(out.detach(), lse, q, k, v, lens_q, lens_k, causal=causal, learnable_sink=sink)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    # the sinks' gradient sums over every sequence: against float64 autograd through the spec, sequence by sequence
+    expected = torch.zeros(4, dtype=torch.float64, device="cuda")
+    sq, sk = starts(lens_q), starts(lens_k)
+    for b in range(len(lens_q)):
+        if lens_q[b] == 0:
+            continue
+        rows_q, rows_k = slice(sq[b], sq[b] + lens_q[b]), slice(sk[b], sk[b] + lens_k[b])
+        wide_sink = sink.double().requires_grad_()
+        ref = attention_ref(
+            *(t[None, rows].double() for t, rows in ((q, rows_q), (k, rows_k), (v, rows_k))),
+            causal=causal, learnable_sink=wide_sink,
+        )  # fmt: skip
+        ref.backward(dout[None, rows_q].double())
+        expected += wide_sink.grad
+    torch.testing.assert_close(leaves[3].grad.double(), expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("group", [1, 4])
+def test_split_kv_decoding_with_sinks(group, kernel):
+    """One query row against a long cache takes the split-KV path: the combine adds each row's head's sink."""
+    q, k, v, sink = inputs(2, 1, 5000, 2 * group, 2, 128, torch.bfloat16, "mixed")
+    out, lse = flashcute.flash_attn_func(q, k, v, causal=True, learnable_sink=sink, return_lse=True, kernel=kernel)
+    check_against_spec(out, lse, q, k, v, causal=True, learnable_sink=sink)
+
+
+@pytest.mark.parametrize("seqlen_q", [1, 3])
+def test_kvcache_with_sinks(seqlen_q, kernel):
+    """Through the cache entry: the split path (one row) and the packed launch (several rows under a mask); a
+    sequence whose cache is empty gets O = 0 and LSE = the sink."""
+    q, k_cache, v_cache, sink = inputs(3, seqlen_q, 2000, 8, 2, 64, torch.float16, "normal")
+    lengths = torch.tensor([1500, 0, 2000], dtype=torch.int32, device="cuda")
+    options = {"cache_seqlens": lengths, "causal": True, "learnable_sink": sink}
+    out, lse = flashcute.flash_attn_with_kvcache(q, k_cache, v_cache, return_lse=True, kernel=kernel, **options)
+    ref, ref_lse, _, _ = attention_kvcache_ref(q, k_cache, v_cache, **options)
+    assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.equal(lse[1], sink[:, None].expand(-1, seqlen_q))
+    torch.testing.assert_close(out.double(), ref, atol=2e-3, rtol=0)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-4, rtol=1e-4)
