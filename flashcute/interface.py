@@ -53,18 +53,17 @@ def launch_fwd(
     kernel: str = "auto",
     softcap: float = 0.0,
     learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> None:
     """Launch a forward kernel ("auto": the fastest family the device runs) into given outputs (validated inputs
     only; tests use it to poison outputs); ``softcap`` > 0 caps the scores; ``learnable_sink`` (nheads,) joins
-    every row's denominator."""
+    every row's denominator; ``alibi_slopes`` (nheads,) or (batch, nheads) bias the scores."""
     name = None if kernel == "auto" else kernel
-    capped, sink = softcap > 0, kernel_sink(learnable_sink)
-    window = (window_left, window_right)
-    launch = registry.forward_launcher(
-        q.device, dtype_name(q), q.shape[-1], *window, name, softcap=capped, sink=sink is not None
-    )
+    capped, sink, alibi = softcap > 0, kernel_sink(learnable_sink), kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
+    scores = {"softcap": capped, "sink": sink is not None, "alibi": alibi is not None}
+    launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, name, **scores)
     validate_pointers(q=q, k=k, v=v)
-    launch(q, k, v, out, lse, softmax_scale, diag_offset, DENSE, softcap, sink)
+    launch(q, k, v, out, lse, softmax_scale, diag_offset, DENSE, softcap, sink, alibi)
 
 
 def kernel_sink(learnable_sink: torch.Tensor | None) -> torch.Tensor | None:
@@ -75,6 +74,17 @@ def kernel_sink(learnable_sink: torch.Tensor | None) -> torch.Tensor | None:
     if learnable_sink.dtype != torch.float32 or not learnable_sink.is_contiguous():
         learnable_sink = learnable_sink.float().contiguous()
     return learnable_sink.detach()
+
+
+def kernel_alibi(alibi_slopes: torch.Tensor | None, batch: int, nheads: int) -> torch.Tensor | None:
+    """ALiBi slopes as the kernels read them: (batch, nheads) float32 with contiguous rows (a (nheads,) tensor is
+    the same row for every sequence), no autograd history."""
+    if alibi_slopes is None:
+        return None
+    slopes = alibi_slopes.detach()
+    if slopes.dtype != torch.float32:
+        slopes = slopes.float()
+    return slopes.expand(batch, nheads).contiguous()
 
 
 def sink_grad(learnable_sink: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
@@ -110,11 +120,13 @@ def launch_bwd(
     kernel: str = "auto",
     softcap: float = 0.0,
     learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward pass; returns (dq, dk, dv, dsink), the first three shaped like q, k, v, dsink like
-    ``learnable_sink`` (empty without). ``kernel``, ``softcap`` and ``learnable_sink`` as in launch_fwd; a family
-    whose backward does not cover the head dim or the deterministic mode hands it to the next one the device runs.
-    The sinks change only the LSE that the backward reads, so its kernels are the same with or without.
+    ``learnable_sink`` (empty without). ``kernel``, ``softcap``, ``learnable_sink`` and ``alibi_slopes`` as in
+    launch_fwd; a family whose backward does not cover the head dim or the deterministic mode hands it to the next
+    one the device runs. The sinks change only the LSE that the backward reads, so its kernels are the same with or
+    without; the ALiBi slopes get no gradient (flash_attn's convention).
 
     dQ is added across K/V tiles by fp32 atomics (or TMA reduce-adds) by default; ``deterministic`` computes it in
     a kernel that adds in a fixed order, bitwise reproducible."""
@@ -122,7 +134,8 @@ def launch_bwd(
     family = registry.backward_family(q.device, None if kernel == "auto" else kernel, q.shape[-1], deterministic)
     validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    dq, dk, dv, delta = family.backward(dout, q, k, v, out, lse, *scalars, deterministic, softcap=softcap)
+    alibi = kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
+    dq, dk, dv, delta = family.backward(dout, q, k, v, out, lse, *scalars, deterministic, softcap=softcap, alibi=alibi)
     return dq, dk, dv, _sink_grad_or_empty(learnable_sink, lse, delta)
 
 
@@ -135,7 +148,8 @@ def _sink_grad_or_empty(learnable_sink: torch.Tensor | None, lse: torch.Tensor, 
 
 def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse), newly allocated, from the forward kernel (validated inputs only); ``options`` are launch_fwd's
-    after lse: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, learnable_sink."""
+    after lse: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, learnable_sink,
+    alibi_slopes."""
     batch, seqlen_q, nheads, _ = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
@@ -161,29 +175,35 @@ def _define_op(schema: str, impl, fake) -> None:
     torch.library.register_fake(f"{_NAMESPACE}::{name}", fake, lib=_LIB)
 
 
-def _fwd_fake(q, k, v, *options):
+def _fwd_fake(q, k, v, *options, **scores):
     batch, seqlen_q, nheads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
 
 
-def _grads_fake(dout, q, k, v, *rest, learnable_sink=None):
-    sink = rest[-1] if isinstance(rest[-1], torch.Tensor) else learnable_sink  # the last argument, when given
-    dsink = q.new_empty(0, dtype=torch.float32) if sink is None else sink.new_empty(sink.shape)
+def _grads(q, k, v, learnable_sink):
+    dsink = q.new_empty(0, dtype=torch.float32) if learnable_sink is None else learnable_sink.new_empty(q.shape[2])
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
 
+def _bwd_fake(dout, q, k, v, out, lse, *scalars, softcap=0.0, learnable_sink=None, alibi_slopes=None):
+    """scalars: softmax_scale .. kernel, then softcap, learnable_sink and alibi_slopes where given by position."""
+    learnable_sink = scalars[7] if len(scalars) > 7 else learnable_sink
+    return _grads(q, k, v, learnable_sink)
+
+
+_SCORES = "float softcap=0., Tensor? learnable_sink=None, Tensor? alibi_slopes=None"
 _define_op(
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, SymInt diag_offset, SymInt window_left, "
-    "SymInt window_right, str kernel, float softcap=0., Tensor? learnable_sink=None) -> (Tensor, Tensor)",
+    f"SymInt window_right, str kernel, {_SCORES}) -> (Tensor, Tensor)",
     forward_outputs,
     _fwd_fake,
 )
 _define_op(
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, SymInt diag_offset, "
-    "SymInt window_left, SymInt window_right, bool deterministic, str kernel, float softcap=0., "
-    "Tensor? learnable_sink=None) -> (Tensor, Tensor, Tensor, Tensor)",
+    f"SymInt window_left, SymInt window_right, bool deterministic, str kernel, {_SCORES}) -> (Tensor, Tensor, "
+    "Tensor, Tensor)",
     launch_bwd,
-    _grads_fake,
+    _bwd_fake,
 )
 
 
@@ -193,24 +213,24 @@ class FlashAttention(torch.autograd.Function):
     dynamo traces it under torch.compile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, learnable_sink, options):
+    def forward(ctx, q, k, v, learnable_sink, alibi_slopes, options):
         """``options``: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, deterministic, in one
         tuple (apply looks at each argument it is given: one tuple costs it less than seven); ``learnable_sink``
-        (nheads,) or None, differentiable."""
+        (nheads,) or None, differentiable; ``alibi_slopes`` or None, constants."""
         scalars, deterministic = options[:-1], options[-1]
         forward = _OPS.fwd.default if torch.compiler.is_compiling() else forward_outputs
-        out, lse = forward(q, k, v, *scalars, learnable_sink)
-        ctx.save_for_backward(q, k, v, out, lse, learnable_sink)
+        out, lse = forward(q, k, v, *scalars, learnable_sink, alibi_slopes)
+        ctx.save_for_backward(q, k, v, out, lse, learnable_sink, alibi_slopes)
         ctx.scalars = (*scalars[:4], deterministic, *scalars[4:])  # launch_bwd's order
         ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse, learnable_sink = ctx.saved_tensors
+        q, k, v, out, lse, learnable_sink, alibi_slopes = ctx.saved_tensors
         backward = _OPS.bwd.default if torch.compiler.is_compiling() else launch_bwd
-        dq, dk, dv, dsink = backward(dout, q, k, v, out, lse, *ctx.scalars, learnable_sink)
-        return dq, dk, dv, None if learnable_sink is None else dsink, None
+        dq, dk, dv, dsink = backward(dout, q, k, v, out, lse, *ctx.scalars, learnable_sink, alibi_slopes)
+        return dq, dk, dv, None if learnable_sink is None else dsink, None, None
 
 
 # EAGER_NOTE: a custom op's dispatch costs more host time a call than an autograd.Function's and the rest of a call
@@ -231,6 +251,7 @@ def flash_attn_func(
     causal_align: str = "bottom_right",
     kernel: str | None = None,
     learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Exact attention, FlashAttention-style, for CUDA fp16/bf16 tensors; differentiable in q, k, v (and
     learnable_sink).
@@ -244,7 +265,10 @@ def flash_attn_func(
     learnable_sink, a float tensor (nheads,) on q's device (flash-attn-4's convention, gpt-oss): one logit per query
     head that joins every row's softmax denominator, exp(sink) beside the exp(score) of the keys, with no value
     (O = sum_j exp(s_j) v_j / (exp(sink) + sum_j exp(s_j))); LSE includes it, a row that sees no key gets O = 0 and
-    LSE = sink, and the sink receives a gradient.
+    LSE = sink, and the sink receives a gradient. alibi_slopes, float32 (nheads,) or (batch, nheads) on q's device
+    (flash_attn's convention, MPT/BLOOM): the score of query i and key j gets -slope * |i + seqlen_k - seqlen_q - j|
+    after the softcap (top-left alignment: -slope * |i - j|); the slopes are constants (no gradient), and not read
+    on the host (a non-finite slope gives NaN outputs).
     Returns out (batch, seqlen_q, nheads, headdim), and with return_lse also
     lse (batch, nheads, seqlen_q), float32, natural log (not differentiable). The backward adds dQ with fp32
     atomics by default; ``deterministic=True`` computes dQ in a separate kernel that adds in a fixed order, so
@@ -253,7 +277,7 @@ def flash_attn_func(
     Under ``torch.autocast("cuda")`` float32 inputs are cast to the autocast dtype.
     """
     compiling = torch.compiler.is_compiling()
-    options = (softmax_scale, causal, window_size, softcap, causal_align, kernel, learnable_sink)
+    options = (softmax_scale, causal, window_size, softcap, causal_align, kernel, learnable_sink, alibi_slopes)
     key = None if compiling else _signature(q, k, v, *options)
     plan = _plans.get(key) if key is not None else None
     if plan is None:
@@ -267,17 +291,17 @@ def flash_attn_func(
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
     q, k, v = plan.inputs(q, k, v)
-    sink = learnable_sink
+    sink, alibi = learnable_sink, alibi_slopes
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        out, lse = FlashAttention.apply(q, k, v, sink, (*plan.scalars, deterministic))
+        out, lse = FlashAttention.apply(q, k, v, sink, alibi, (*plan.scalars, deterministic))
     elif plan.key_range is not None and not compiling:
         out, lse = _split_kv(q, k, v, plan, sink)
     elif compiling:
-        out, lse = _OPS.fwd.default(q, k, v, *plan.scalars, sink)
+        out, lse = _OPS.fwd.default(q, k, v, *plan.scalars, sink, alibi)
     else:
-        out, lse = forward_outputs(q, k, v, *plan.scalars, sink)
+        out, lse = forward_outputs(q, k, v, *plan.scalars, sink, alibi)
     return (out, lse) if return_lse else out
 
 
@@ -310,17 +334,17 @@ MAX_PLANS = 4096
 
 
 def _signature(
-    q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel, learnable_sink
+    q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel, learnable_sink, alibi_slopes
 ) -> tuple | None:
     """What flash_attn_func's decisions depend on, as a dict key; None where an argument's type alone could make
     two calls that differ in meaning compare equal (True == 1 == 1.0), so those take the full validation."""
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         return None
-    sink = None
-    if learnable_sink is not None:
-        if not isinstance(learnable_sink, torch.Tensor):
+    scores = []
+    for t in (learnable_sink, alibi_slopes):
+        if t is not None and not isinstance(t, torch.Tensor):
             return None
-        sink = (learnable_sink.shape, learnable_sink.dtype, learnable_sink.device)
+        scores.append(None if t is None else (t.shape, t.dtype, t.device))
     if type(causal) is not bool or not (softmax_scale is None or type(softmax_scale) is float):
         return None
     if type(window_size) is not tuple or len(window_size) != 2 or type(softcap) is not float:
@@ -348,14 +372,17 @@ def _signature(
         softcap,
         causal_align,
         kernel,
-        sink,
+        *scores,
     )
 
 
-def _plan(q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel, learnable_sink) -> CallPlan:
+def _plan(
+    q, k, v, softmax_scale, causal, window_size, softcap, causal_align, kernel, learnable_sink, alibi_slopes
+) -> CallPlan:
     """Validate a call's arguments in full (every error names the argument, its value and what is allowed) and
     resolve them into its CallPlan."""
-    args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, softcap, learnable_sink)
+    scores = (softcap, learnable_sink, alibi_slopes)
+    args = validate_attention_args(q, k, v, softmax_scale, causal, causal_align, window_size, *scores)
     casts = q.dtype == torch.float32 and q.is_cuda and torch.is_autocast_enabled("cuda")
     if casts:
         q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))  # the op is no autocast-aware op
@@ -374,6 +401,8 @@ def _split_key_range(args: AttentionArgs, q: torch.Tensor, k: torch.Tensor, v: t
     query heads to pack; the keys' (batch, seqlen_k) dims must merge into the packed kernels' rows."""
     group = args.qheads_per_kvhead
     if args.seqlen_q * group > splitkv.ROWS_PER_TILE or (args.has_mask and args.seqlen_q > 1):
+        return None
+    if args.alibi_slopes is not None:  # a split's keys lose their positions, which the bias needs
         return None
     if any(t.shape[0] > 1 and t.stride(0) != t.shape[1] * t.stride(1) for t in (k, v)):
         return None
@@ -433,10 +462,11 @@ def varlen_outputs(
     kernel: str,
     softcap: float = 0.0,
     learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (total_q, nheads, headdim), lse (nheads, total_q)) of a packed batch (validated inputs only). Rows that
     no sequence counts (past seqused_q) are O = 0, LSE = -inf, as are rows whose sequence has no key (LSE = the
-    head's sink, with ``learnable_sink``)."""
+    head's sink, with ``learnable_sink``). ``alibi_slopes``: (nheads,) or (batch, nheads), a row per sequence."""
     total_q, nheads, _ = q.shape
     skipped = seqused_q is not None
     out = (torch.zeros if skipped else torch.empty)(q.shape, dtype=q.dtype, device=q.device)
@@ -454,12 +484,12 @@ def varlen_outputs(
         return out.zero_(), lse
     name = None if kernel == "auto" else kernel
     window = (window_left, window_right)
-    launch = registry.forward_launcher(
-        q.device, dtype_name(q), q.shape[-1], *window, name, True, softcap > 0, sink is not None
-    )
+    alibi = kernel_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, nheads)
+    scores = {"softcap": softcap > 0, "sink": sink is not None, "alibi": alibi is not None}
+    launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], *window, name, True, **scores)
     validate_pointers(q=q, k=k, v=v)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
-    launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed, softcap, sink)
+    launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed, softcap, sink, alibi)
     return out, lse
 
 
@@ -501,6 +531,7 @@ def launch_varlen_bwd(
     kernel: str,
     softcap: float = 0.0,
     learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of a packed batch: (dq, dk, dv) shaped like q, k, v, rows outside every sequence 0, and dsink
     as in launch_bwd."""
@@ -514,31 +545,39 @@ def launch_varlen_bwd(
     validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     tensors = (t[None] for t in (dout, q, k, v, out, lse))
-    grads = family.backward(*tensors, softmax_scale, 0, window_left, window_right, deterministic, packed, softcap)
+    alibi = kernel_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q.shape[1])
+    scalars = (softmax_scale, 0, window_left, window_right, deterministic)
+    grads = family.backward(*tensors, *scalars, packed, softcap, alibi)
     dq, dk, dv, delta = (g[0] for g in grads)
     return dq, dk, dv, _sink_grad_or_empty(learnable_sink, lse[None], delta[None])
 
 
-def _varlen_fwd_fake(q, k, v, *options):
+def _varlen_fwd_fake(q, k, v, *options, **scores):
     total_q, nheads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((nheads, total_q), dtype=torch.float32)
 
 
 _SEQUENCES = "Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor? seqused_q, Tensor? seqused_k"
+
+
+def _varlen_bwd_fake(dout, q, k, v, out, lse, *scalars, softcap=0.0, learnable_sink=None, alibi_slopes=None):
+    """scalars: cu_seqlens_q .. kernel, then softcap, learnable_sink and alibi_slopes where given by position."""
+    learnable_sink = scalars[12] if len(scalars) > 12 else learnable_sink
+    return _grads(q, k, v, learnable_sink)
+
+
 _define_op(
     f"varlen_fwd(Tensor q, Tensor k, Tensor v, {_SEQUENCES}, SymInt max_seqlen_q, SymInt max_seqlen_k, "
-    "float softmax_scale, SymInt window_left, SymInt window_right, str kernel, float softcap=0., "
-    "Tensor? learnable_sink=None) -> (Tensor, Tensor)",
+    f"float softmax_scale, SymInt window_left, SymInt window_right, str kernel, {_SCORES}) -> (Tensor, Tensor)",
     varlen_outputs,
     _varlen_fwd_fake,
 )
 _define_op(
     f"varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_SEQUENCES}, "
     "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, SymInt window_left, SymInt window_right, "
-    "bool deterministic, str kernel, float softcap=0., Tensor? learnable_sink=None) -> (Tensor, Tensor, Tensor, "
-    "Tensor)",
+    f"bool deterministic, str kernel, {_SCORES}) -> (Tensor, Tensor, Tensor, Tensor)",
     launch_varlen_bwd,
-    _grads_fake,
+    _varlen_bwd_fake,
 )
 
 
@@ -546,23 +585,23 @@ class FlashAttentionVarlen(torch.autograd.Function):
     """flash_attn_varlen_func's differentiable door, as FlashAttention is flash_attn_func's."""
 
     @staticmethod
-    def forward(ctx, q, k, v, learnable_sink, sequences, options):
+    def forward(ctx, q, k, v, learnable_sink, alibi_slopes, sequences, options):
         """``sequences``: (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k); ``options``: max_seqlen_q,
         max_seqlen_k, softmax_scale, window_left, window_right, kernel, softcap, deterministic."""
         scalars, deterministic = options[:-1], options[-1]
         forward = _OPS.varlen_fwd.default if torch.compiler.is_compiling() else varlen_outputs
-        out, lse = forward(q, k, v, *sequences, *scalars, learnable_sink)
-        ctx.save_for_backward(q, k, v, out, lse, *sequences, learnable_sink)
+        out, lse = forward(q, k, v, *sequences, *scalars, learnable_sink, alibi_slopes)
+        ctx.save_for_backward(q, k, v, out, lse, *sequences, learnable_sink, alibi_slopes)
         ctx.scalars = (*scalars[:5], deterministic, *scalars[5:])  # launch_varlen_bwd's order
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        *saved, learnable_sink = ctx.saved_tensors
+        *saved, learnable_sink, alibi_slopes = ctx.saved_tensors
         backward = _OPS.varlen_bwd.default if torch.compiler.is_compiling() else launch_varlen_bwd
-        dq, dk, dv, dsink = backward(dout, *saved, *ctx.scalars, learnable_sink)
-        return dq, dk, dv, None if learnable_sink is None else dsink, None, None
+        dq, dk, dv, dsink = backward(dout, *saved, *ctx.scalars, learnable_sink, alibi_slopes)
+        return dq, dk, dv, None if learnable_sink is None else dsink, None, None, None
 
 
 def flash_attn_varlen_func(
@@ -584,6 +623,7 @@ def flash_attn_varlen_func(
     validate: bool = False,
     kernel: str | None = None,
     learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Exact attention over a packed batch of variable-length sequences, flash_attn's conventions; differentiable
     in q, k, v (and learnable_sink).
@@ -592,11 +632,12 @@ def flash_attn_varlen_func(
     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b + 1] of k and v (int32
     (batch + 1,) tensors on q's device, starting at 0); seqused_q / seqused_k (batch,) int32 limit each to its
     first tokens. max_seqlen_q / max_seqlen_k must be at least every sequence's length (they size the launch).
-    Sequences of length 0 are allowed anywhere. causal, window_size, softcap, learnable_sink and softmax_scale as
-    in flash_attn_func, with each sequence's diagonal aligned bottom-right (key j of a sequence is aligned with its
-    query i + seqlen_k - seqlen_q). Returns out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q)
-    float32; rows past a seqused_q get O = 0 and LSE = -inf. ``validate=True`` also checks the sequence tensors'
-    values (a host sync: off by default so that the call stays asynchronous and graph-capturable).
+    Sequences of length 0 are allowed anywhere. causal, window_size, softcap, learnable_sink, alibi_slopes
+    ((nheads,) or (batch, nheads), a row per sequence) and softmax_scale as in flash_attn_func, with each sequence's
+    diagonal aligned bottom-right (key j of a sequence is aligned with its query i + seqlen_k - seqlen_q). Returns
+    out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q) float32; rows past a seqused_q get O
+    = 0 and LSE = -inf. ``validate=True`` also checks the sequence tensors' values (a host sync: off by default so
+    that the call stays asynchronous and graph-capturable).
     """
     args = validate_varlen_args(
         q,
@@ -613,6 +654,7 @@ def flash_attn_varlen_func(
         window_size,
         softcap,
         learnable_sink,
+        alibi_slopes,
     )
     for name, flag in (("deterministic", deterministic), ("return_lse", return_lse), ("validate", validate)):
         if not isinstance(flag, bool):
@@ -629,13 +671,13 @@ def flash_attn_varlen_func(
     sequences = (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     scalars = (args.max_seqlen_q, args.max_seqlen_k, args.softmax_scale, *window, kernel or "auto", args.softcap)
     options = (*scalars, deterministic)
-    sink = learnable_sink
+    sink, alibi = learnable_sink, alibi_slopes
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        out, lse = FlashAttentionVarlen.apply(q, k, v, sink, sequences, options)
+        out, lse = FlashAttentionVarlen.apply(q, k, v, sink, alibi, sequences, options)
     elif torch.compiler.is_compiling():
-        out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars, sink)
+        out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars, sink, alibi)
     else:
-        out, lse = varlen_outputs(q, k, v, *sequences, *scalars, sink)
+        out, lse = varlen_outputs(q, k, v, *sequences, *scalars, sink, alibi)
     return (out, lse) if return_lse else out

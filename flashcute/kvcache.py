@@ -61,6 +61,7 @@ def flash_attn_with_kvcache(
     return_lse: bool = False,
     kernel: str | None = None,
     learnable_sink: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of q over a key/value cache, after appending new keys and values to it in place: one step of
     incremental decoding, with flash_attn 2's conventions (``flash_attn.flash_attn_with_kvcache``). CUDA fp16 /
@@ -103,8 +104,10 @@ def flash_attn_with_kvcache(
     the query heads of a kv head share its tiles, and each sequence's keys are cut into ``num_splits`` chunks
     walked by thread blocks of their own (0: a heuristic from the batch, heads, capacity and SM count; 1: no
     split), merged in fp32. Several query rows under a mask run as one packed launch, whatever num_splits says.
-    softcap > 0 caps the scores, softcap * tanh(score / softcap), and learnable_sink (nheads,) joins every row's
-    softmax denominator, as in flash_attn_func. ``kernel`` picks a kernel family by name, as in flash_attn_func.
+    softcap > 0 caps the scores, softcap * tanh(score / softcap), learnable_sink (nheads,) joins every row's softmax
+    denominator, and alibi_slopes (nheads,) or (batch, nheads) bias the scores by -slope * |i + offset - j| over the
+    attended keys, as in flash_attn_func (with ALiBi the keys are not split: a split's keys lose their positions).
+    ``kernel`` picks a kernel family by name, as in flash_attn_func.
 
     No device value is read on the host: with tensor cache_seqlens a whole step (write and attention) can be
     captured in a CUDA graph and replayed after new values are copied into q, k, v and cache_seqlens.
@@ -132,6 +135,7 @@ def flash_attn_with_kvcache(
         num_splits,
         return_lse,
         learnable_sink,
+        alibi_slopes,
     )
     validate_kvcache_kernel_inputs(q, k_cache, v_cache, args)
     if kernel is not None:
@@ -178,7 +182,7 @@ def flash_attn_with_kvcache(
     first_rows = splitkv.row_starts(batch, capacity, device)
     a = args.attention
     name = kernel or "auto"
-    if seqlen_q == 1 or not a.has_mask:  # unmasked, or one query row whose mask is a range of keys
+    if (seqlen_q == 1 or not a.has_mask) and alibi_slopes is None:  # unmasked, or one row whose mask is a key range
         windowed = seqlen_q == 1 and a.window_left >= 0
         split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
         if cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
@@ -210,6 +214,7 @@ def flash_attn_with_kvcache(
         name,
         a.softcap,
         learnable_sink,
+        alibi_slopes,
     )
     out = out.view(batch, seqlen_q, nheads, headdim)
     if not return_lse:

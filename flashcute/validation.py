@@ -19,8 +19,8 @@ causal=True is window_right = 0 (window_left is kept as given), exactly as in fl
 
 Score variants given as tensors: learnable_sink (nheads,), one logit per query head that joins every row's softmax
 denominator (flash-attn-4), and alibi_slopes (nheads,) or (batch, nheads), the ALiBi bias -slope * |i + offset - j|
-added to the scores (flash_attn 2). Both are float tensors on q's device; the references compute them, the CUDA
-kernels refuse them (`validate_cuda_inputs`).
+added to the scores (flash_attn 2). Both are float tensors on q's device; slopes on the CPU (the references') are
+checked to be finite, slopes on a GPU are not read (a host sync a call).
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ def _score_options(
             ((nheads,), (batch, nheads)),
             f"{heads} or (batch, nheads) = ({batch}, {nheads})",
         )
-        _check_finite("alibi_slopes", alibi_slopes)
+        if alibi_slopes.device.type == "cpu":  # a GPU tensor's values would cost a host sync a call: not read
+            _check_finite("alibi_slopes", alibi_slopes)
     return options | {"learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes}
 
 
@@ -197,8 +198,9 @@ def validate_varlen_args(
     alibi_slopes: torch.Tensor | None = None,
 ) -> VarlenArgs:
     """Check a packed batch's shapes, sequence tensors and options without reading device memory (no host sync; only
-    alibi_slopes, when given, are read, to check they are finite); `validate_varlen_values` checks the values of the
-    sequence tensors. Raises TypeError / ValueError naming the argument, the value given and what is allowed."""
+    alibi_slopes on the CPU, when given, are read, to check they are finite); `validate_varlen_values` checks the
+    values of the sequence tensors. Raises TypeError / ValueError naming the argument, the value given and what is
+    allowed."""
     total_q, nheads, headdim = _shape("q", q, VARLEN_Q_DIMS, empty_rows=True)
     total_k, nheads_k, _ = k_shape = _shape("k", k, VARLEN_KV_DIMS, empty_rows=True)
     v_shape = _shape("v", v, VARLEN_KV_DIMS, empty_rows=True)
@@ -439,19 +441,12 @@ KERNEL_MAX_HEADDIM = 256
 def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[Any, Any, Any]:
     """Check what the CUDA kernels need beyond `validate_attention_args`; return q, k, v ready to launch.
 
-    The kernels take no alibi_slopes yet: a call with them is refused here, before any launch.
-
     The kernels read 16-byte vectors, so every row (the last dim) must be contiguous and start on a 16-byte
     boundary: every other stride divisible by 16 bytes (and the data pointer, see `validate_pointers`). Strides
     of size-1 dims never move a pointer, so misaligned ones there are replaced (a view, no copy).
     """
     import torch
 
-    if args.alibi_slopes is not None:
-        raise ValueError(
-            "alibi_slopes is not supported by flashcute's CUDA kernels yet (flashcute.reference's CPU references "
-            "compute it)"
-        )
     tensors = {"q": q, "k": k, "v": v}
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
@@ -554,7 +549,7 @@ def validate_kvcache_args(
     alibi_slopes: Any = None,
 ) -> KvcacheArgs:
     """Check flash_attn_with_kvcache's shapes, dtypes, devices and options without reading device memory (only
-    alibi_slopes, when given, are read, to check they are finite); raise
+    alibi_slopes on the CPU, when given, are read, to check they are finite); raise
     TypeError / ValueError naming the argument, the value given and what is allowed. What the CUDA kernels need
     beyond this (dtype, head dim, row alignment) is checked by the caller that launches them."""
     import torch

@@ -44,8 +44,8 @@ PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for t
 
 # How the whole matrix samples each group of registry.variants (full_matrix): every variant of the Hopper family's
 # kernels, the dtypes in turn for the mma.sync family's forward and dK/dV kernels on their first target, and one
-# variant a bucket for the rest (the deterministic backward's kernels, packed batches, softcap, sinks, a later
-# target).
+# variant a bucket for the rest (the deterministic backward's kernels, packed batches, softcap, sinks, ALiBi, a
+# later target).
 THIN = ("sm80-bwd-deterministic", "sm80-dq")
 
 
@@ -61,7 +61,7 @@ def full_matrix() -> list[tuple[object, str]]:
         for name in exact:
             family = name.split("-")[0]
             later = family in registry.FAMILIES and arch != registry.family(family).ARCHS[0]
-            if later or name.endswith(("-softcap", "-sink", "-packed")) or name.startswith(THIN):
+            if later or name.endswith(("-softcap", "-sink", "-alibi", "-packed")) or name.startswith(THIN):
                 sampled = one_per_bucket
             elif family == "sm80":
                 sampled = dtype_in_turn
@@ -77,8 +77,9 @@ def full_matrix() -> list[tuple[object, str]]:
 def one_per_bucket(config) -> bool:
     """Whether the matrix builds this variant of a thinly sampled group: one a head-dim bucket (exact and padded),
     the masks and dtypes taken in turn. A family's variants on its later target (their source is the one built for
-    every dtype and mask on its first target; only ptxas's schedule differs), and the softcap and sink groups (the
-    cap is one step on the scores, the sink one term of the epilogue's statistics, the same at every tile)."""
+    every dtype and mask on its first target; only ptxas's schedule differs), and the softcap, sink and ALiBi groups
+    (the cap and the bias are one step each on the scores, the sink one term of the epilogue's statistics, the same
+    at every tile)."""
     i = HEAD_DIM_BUCKETS.index(config.head_dim_padded)
     mask = list(MASK_NAMES).index((config.mask_right, config.mask_left))
     return mask == i % len(MASK_NAMES) and DTYPES.index(config.dtype) == i % len(DTYPES)
@@ -89,20 +90,26 @@ def representative() -> list[tuple[object, str]]:
     and every other kind's bucket-128 variant is its padded head dim."""
     variants = []
     draw = 0
-    for name in registry.FAMILIES:
-        family = registry.family(name)
-        kinds = family.variants(family.ARCHS[0], DTYPES, HEAD_DIM_BUCKETS, registry.MASK_VARIANTS, True)
-        for kind in kinds:
-            # softcap and sinks are one step each, whatever the tiles: their kinds at one bucket
-            for bucket in (PADDED_BUCKET,) if kind.endswith(("-softcap", "-sink")) else HEAD_DIM_BUCKETS:
-                arch = family.ARCHS[draw % len(family.ARCHS)]
-                window = registry.MASK_VARIANTS[draw % len(registry.MASK_VARIANTS)]
-                dtype = DTYPES[draw // 2 % 2]
-                padded = bucket == PADDED_BUCKET and draw // len(HEAD_DIM_BUCKETS) % 2 == 1  # as in the full matrix
-                draw += 1
-                configs = family.variants(arch, (dtype,), (bucket,), (window,), False)[kind]  # [exact, padded]
-                if configs:  # a kind may not cover every bucket (the Hopper backward)
-                    variants.append((configs[-1] if padded else configs[0], arch))
+    kinds = [
+        (registry.family(name), kind)
+        for name in registry.FAMILIES
+        for kind in registry.family(name).variants(
+            registry.family(name).ARCHS[0], DTYPES, HEAD_DIM_BUCKETS, registry.MASK_VARIANTS, True
+        )
+    ]
+    # the sink and ALiBi kinds last, so that they take draws of their own rather than shifting the others'
+    kinds.sort(key=lambda family_kind: family_kind[1].endswith(("-sink", "-alibi")))
+    for family, kind in kinds:
+        # softcap, sinks and ALiBi are one step each, whatever the tiles: their kinds at one bucket
+        for bucket in (PADDED_BUCKET,) if kind.endswith(("-softcap", "-sink", "-alibi")) else HEAD_DIM_BUCKETS:
+            arch = family.ARCHS[draw % len(family.ARCHS)]
+            window = registry.MASK_VARIANTS[draw % len(registry.MASK_VARIANTS)]
+            dtype = DTYPES[draw // 2 % 2]
+            padded = bucket == PADDED_BUCKET and draw // len(HEAD_DIM_BUCKETS) % 2 == 1  # as in the full matrix
+            draw += 1
+            configs = family.variants(arch, (dtype,), (bucket,), (window,), False)[kind]  # [exact, padded]
+            if configs:  # a kind may not cover every bucket (the Hopper backward)
+                variants.append((configs[-1] if padded else configs[0], arch))
     prepost = registry.variants("sm_80", exact_only=True)["prepost"]
     for i, bucket in enumerate(HEAD_DIM_BUCKETS):
         kernels = [c for c in prepost if c.head_dim_padded == bucket and c.dtype == DTYPES[i % 2]]
@@ -181,6 +188,17 @@ _SINK_MMA_SYNC = (
     "thread (most spill plain too): the sink's joint max and the rescale in the epilogue's statistics "
     "(softmax.finalize) add a few live values there: 23-104 spill instructions; their speed is the benchmark's to hold"
 )
+_ALIBI_MMA_SYNC = (
+    "the mma.sync kernels with ALiBi, at the plain variants' tiles, which already use all 255 registers a thread "
+    "(most spill plain too): each row's position term and the tile's slope beside the fragments (kernels/common/"
+    "alibi.py), and in the backward with softcap the kept t, tip these over: 5-73 spill instructions; their speed "
+    "is the benchmark's to hold"
+)
+_ALIBI_SM90_D256 = (
+    "Hopper forward at head dim 256 with ALiBi: U is 128 fp32 registers a consumer thread, and the bias's row terms "
+    "and slope in the steps with E in place of S (and in their rare recompute by FMAs) leave 168 bytes of stack, "
+    "41 STL and 67 LDL; the plain kernel keeps 8 bytes (_SM90_D256_CLAIMS)"
+)
 _PACKED_SM90_WIDE = (
     "Hopper forward at head dims 192 and 256 for packed batches: as _SM90_D256_CLAIMS, with a sequence's offsets and "
     "lengths beside the claimed index in the per-tile code: 5-35 spill instructions outside the K/V step loops"
@@ -237,6 +255,27 @@ KNOWN_SPILLS: dict[str, str] = {
         ),
         _SINK_MMA_SYNC,
     ),
+    **dict.fromkeys(
+        _built(
+            [
+                "sm_80-bfloat16-d128-128x64w4s2-lazy8-both-alibi",
+                "sm_80-bfloat16-d64-128x128w4s2-right-alibi",
+                "sm_80-bwd-bfloat16-d128-64x128w8-both-alibi",
+                "sm_80-bwd-float16-d96-64x128w8-left-alibi",
+                "sm_80-bwdnodq-float16-d128-64x128w8-nomask-alibi",
+                "sm_80-float16-d32-128x128w4s1-nomask-alibi",
+                "sm_90a-bfloat16-d128-128x64w4s2-lazy8-both-alibi",
+                "sm_90a-bfloat16-d256-128x128w8s1-right-alibi",
+                "sm_90a-bfloat16-d64-128x128w4s2-right-alibi",
+                "sm_90a-bwd-bfloat16-d128-64x128w8-both-alibi",
+                "sm_90a-bwdnodq-bfloat16-d128-64x128w8-both-alibi",
+                "sm_90a-float16-d32-128x128w4s1-nomask-alibi",
+                "sm_90a-float16-d96-128x64w4s1-left-alibi",
+            ]
+        ),
+        _ALIBI_MMA_SYNC,
+    ),
+    **dict.fromkeys(_built(["sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8e-right-alibi"]), _ALIBI_SM90_D256),
     **dict.fromkeys(
         _built(
             [

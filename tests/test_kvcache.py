@@ -34,7 +34,7 @@ class PackedLaunchStandIn:
 
     def __call__(
         self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-        window_left, window_right, kernel, softcap=0.0, learnable_sink=None,
+        window_left, window_right, kernel, softcap=0.0, learnable_sink=None, alibi_slopes=None,
     ):  # fmt: skip
         lengths = []
         for cu, used, rows, longest in (
@@ -51,7 +51,7 @@ class PackedLaunchStandIn:
         out, lse = attention_varlen_ref(
             q, k, v, cu_seqlens_q, cu_seqlens_k, *(torch.tensor(n, dtype=torch.int32) for n in lengths),
             softmax_scale, window_size=(window_left, window_right), softcap=softcap, learnable_sink=learnable_sink,
-            return_lse=True,
+            alibi_slopes=alibi_slopes, return_lse=True,
         )  # fmt: skip
         return out.to(q.dtype), lse  # LSE kept in float64 (the kernels' is float32): the splits merge exactly
 
@@ -286,10 +286,12 @@ class Case:
         return range(0 if self.leftpad is None else self.leftpad[b], end)
 
     def attended(self, b: int) -> int:
-        """How many keys the launch reads for sequence b: its key range, cut to the window of a single query."""
+        """How many keys the launch reads for sequence b: its key range, cut to the window of a single query (on the
+        split path; with ALiBi, which never splits, the kernel masks the window)."""
         keys = len(self.key_range(b))
         window_left = self.options.get("window_size", (-1, -1))[0]
-        return min(keys, window_left + 1) if self.seqlen_q == 1 and window_left >= 0 else keys
+        cut = self.seqlen_q == 1 and window_left >= 0 and "alibi_slopes" not in self.options
+        return min(keys, window_left + 1) if cut else keys
 
     def page_in_use(self, b: int, j: int) -> bool:
         keys, new = self.key_range(b), self.new_positions(b)
@@ -368,6 +370,10 @@ def cases(draw) -> Case:
         values = st.sampled_from([-math.inf, -2.5, 0.0, 1.25, 40.0])
         sinks = draw(st.lists(values, min_size=nheads, max_size=nheads))
         options["learnable_sink"] = torch.tensor(sinks, dtype=torch.float64)
+    if draw(st.integers(0, 3)) == 0:  # ALiBi: per head, or per sequence and head
+        shape = draw(st.sampled_from([(nheads,), (batch, nheads)]))
+        slopes = draw(st.lists(st.floats(0.0, 2.0), min_size=math.prod(shape), max_size=math.prod(shape)))
+        options["alibi_slopes"] = torch.tensor(slopes, dtype=torch.float64).reshape(shape)
     return Case(
         layout=layout,
         batch=batch,

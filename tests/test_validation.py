@@ -11,7 +11,6 @@ import torch
 from flashcute.validation import (
     AttentionArgs,
     validate_attention_args,
-    validate_cuda_inputs,
     validate_kvcache_args,
     validate_tile_sizes,
     validate_varlen_args,
@@ -276,15 +275,3 @@ def test_score_tensors_index_the_sequences_of_a_packed_batch_and_q_of_a_kv_cache
     assert kvcache.attention.learnable_sink.shape == (4,) and kvcache.attention.alibi_slopes.shape == (3, 4)
     with pytest.raises(ValueError, match=re.escape("learnable_sink must have shape (nheads,) = (4,), got (2,)")):
         validate_kvcache_args(q, cache, cache, learnable_sink=torch.zeros(2))
-
-
-@pytest.mark.parametrize("name", ["alibi_slopes"])
-def test_cuda_kernels_refuse_them_before_any_other_check(name):
-    q, kv = torch.zeros(2, 3, 4, 8), torch.zeros(2, 5, 2, 8)
-    message = f"{name} is not supported by flashcute's CUDA kernels yet"
-    args = validate_attention_args(q, kv, kv, **{name: torch.zeros(4)})
-    with pytest.raises(ValueError, match=re.escape(message)):
-        validate_cuda_inputs(q, kv, kv, args)
-    packed = validate_varlen_args(**packed_args(), **{name: torch.zeros(4)})
-    with pytest.raises(ValueError, match=re.escape(message)):
-        validate_cuda_inputs(q, kv, kv, packed)

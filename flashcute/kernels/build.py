@@ -86,6 +86,15 @@ class SymbolicProblem:
 
         return cute.runtime.make_fake_tensor(cutlass.Float32, (self.nheads,), stride=(1,), assumed_align=4)
 
+    def alibi_slopes(self):
+        """(batch, nheads) float32, rows contiguous: ALiBi slopes per sequence and query head (batch counts a packed
+        batch's sequences)."""
+        import cutlass
+        import cutlass.cute as cute
+
+        shape, stride = (cute.sym_int(), self.nheads), (cute.sym_int64(), 1)
+        return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=stride, assumed_align=4)
+
     def padded_row_stats(self):
         """(batch, nheads, seqlen_q rounded up to a Q tile) float32, 16-byte aligned rows: the Hopper backward's
         LSE * log2(e) and D, which it reads a tile at a time with bulk copies."""
@@ -99,16 +108,16 @@ class SymbolicProblem:
 
 def optional_arguments(p: SymbolicProblem, config) -> tuple:
     """What an attention kernel built for ``config`` takes behind the stream: a packed batch's arguments
-    (packed_batch; None for a dense batch, as launch.DENSE passes them), with ``config.softcap`` the cap and with a
-    forward's ``config.sink`` the (nheads,) float32 sinks; None for each left out, the trailing ones dropped (the
+    (packed_batch; None for a dense batch, as launch.DENSE passes them), with ``config.softcap`` the cap, with a
+    forward's ``config.sink`` the (nheads,) float32 sinks (a slot the backward kernels do not have), and with
+    ``config.alibi`` the (batch, nheads) float32 slopes; None for each left out, the trailing ones dropped (the
     launches pass None there)."""
     import cutlass
 
-    after = [
-        *(p.packed_batch() if config.packed else (None,) * 6),
-        cutlass.Float32(0.0) if config.softcap else None,
-        p.head_vector() if getattr(config, "sink", False) else None,
-    ]
+    after = [*(p.packed_batch() if config.packed else (None,) * 6), cutlass.Float32(0.0) if config.softcap else None]
+    if hasattr(config, "sink"):
+        after.append(p.head_vector() if config.sink else None)
+    after.append(p.alibi_slopes() if config.alibi else None)
     while after and after[-1] is None:
         after.pop()
     return tuple(after)

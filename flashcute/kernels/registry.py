@@ -3,9 +3,9 @@
 A family is a folder under kernels/ with a ``family`` module that provides NAME, ARCHS (the targets it is built for
 without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
 dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right,
-packed, softcap=False, sink=False)`` (a ``launch(q, k, v, out, lse, softmax_scale, diag_offset[, packed_args,
-softcap, sink])``),
-``supports_backward(head_dim, deterministic, packed)`` and ``backward(..., deterministic, packed_args, softcap)``
+packed, softcap=False, sink=False, alibi=False)`` (a ``launch(q, k, v, out, lse, softmax_scale, diag_offset[,
+packed_args, softcap, sink, alibi])``), ``supports_backward(head_dim, deterministic, packed)`` and ``backward(...,
+deterministic, packed_args, softcap, alibi)``
 (returning dq, dk, dv and D = rowsum(dO * O), (batch, nheads, seqlen_q) float32).
 Adding a family is one folder and one line in FAMILIES.
 """
@@ -88,14 +88,16 @@ def forward_launcher(
     packed: bool = False,
     softcap: bool = False,
     sink: bool = False,
+    alibi: bool = False,
 ):
     """The first family's (from ``kernel`` on; None: the fastest) ``forward_launcher`` for these, made once."""
-    key = (device, dtype, head_dim, window_left, window_right, kernel, packed, softcap, sink)
+    key = (device, dtype, head_dim, window_left, window_right, kernel, packed, softcap, sink, alibi)
     launch = _forward_launchers.get(key)
     if launch is None:
         family = pick(device, kernel)[0]
         window = (window_left, window_right)
-        launch = family.forward_launcher(device, dtype, head_dim, *window, packed, softcap=softcap, sink=sink)
+        scores = {"softcap": softcap, "sink": sink, "alibi": alibi}
+        launch = family.forward_launcher(device, dtype, head_dim, *window, packed, **scores)
         _forward_launchers[key] = launch
     return launch
 

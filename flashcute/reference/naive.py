@@ -75,8 +75,11 @@ def attention_ref(
     q, k, v = (x.to(torch.float64) for x in (q, k, v))
     scores, v = _masked_scores(q, k, v, args)
     with_sink = scores if args.learnable_sink is None else torch.cat((scores, _sink_column(scores, args)), dim=-1)
-    lse = torch.logsumexp(with_sink, dim=-1)  # (batch, nheads, seqlen_q); -inf for a row with no key and no sink
-    probs = torch.exp(scores - lse.masked_fill(lse == -math.inf, 0.0)[..., None])  # such a row: exp(-inf) = 0
+    # (batch, nheads, seqlen_q); -inf for a row with no key and no sink (or a sink of -inf), whose logsumexp is taken
+    # of zeros instead, so that its gradient is 0 rather than NaN
+    empty = (with_sink == -math.inf).all(dim=-1)
+    lse = torch.logsumexp(with_sink.masked_fill(empty[..., None], 0.0), dim=-1).masked_fill(empty, -math.inf)
+    probs = torch.exp(scores - lse.masked_fill(empty, 0.0)[..., None])  # such a row: exp(-inf) = 0
     out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
     return (out, lse) if return_lse else out
 
@@ -162,11 +165,11 @@ def attention_same_precision(
         q, k, v, softmax_scale, causal, causal_align, window_size, softcap, learnable_sink, alibi_slopes
     )
     scores, v = _masked_scores(q, k, v, args)
-    if args.learnable_sink is None:
-        probs = torch.softmax(scores, dim=-1)
-    else:
-        probs = torch.softmax(torch.cat((scores, _sink_column(scores, args)), dim=-1), dim=-1)[..., :-1]
-    probs = probs.masked_fill((scores == -math.inf).all(dim=-1, keepdim=True), 0.0)  # softmax gives NaN there
+    logits = scores if args.learnable_sink is None else torch.cat((scores, _sink_column(scores, args)), dim=-1)
+    empty = (logits == -math.inf).all(dim=-1, keepdim=True)  # no key and no sink: softmax would give NaN
+    probs = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+    if args.learnable_sink is not None:
+        probs = probs[..., :-1]
     return torch.einsum("bhqk,bkhd->bqhd", probs, v)
 
 

@@ -57,13 +57,14 @@ def mask_label(config) -> str:
 
 def attention_label(config, prefix: str, tiles: str) -> str:
     """The label of an attention kernel's config: "<prefix>-<dtype>-<head dim>-<tiles>-<mask>" (no prefix: no dash),
-    "-softcap" appended for a kernel that caps the scores, "-sink" for one with learnable sinks, "-packed" for one of
-    packed variable-length batches."""
+    "-softcap" appended for a kernel that caps the scores, "-sink" for one with learnable sinks, "-alibi" for one with
+    ALiBi biases, "-packed" for one of packed variable-length batches."""
     softcap = "-softcap" if config.softcap else ""
     sink = "-sink" if getattr(config, "sink", False) else ""  # a forward's field only
+    alibi = "-alibi" if config.alibi else ""
     packed = "-packed" if config.packed else ""
     head = f"{prefix + '-' if prefix else ''}{config.dtype}-{head_dim_label(config)}"
-    return f"{head}-{tiles}-{mask_label(config)}{softcap}{sink}{packed}"
+    return f"{head}-{tiles}-{mask_label(config)}{softcap}{sink}{alibi}{packed}"
 
 
 def rows_per_copy(head_dim_padded: int, num_threads: int) -> int:
@@ -89,11 +90,11 @@ def streaming_limits(config, num_threads: int) -> str | None:
 
 def in_sample(kind: str, config) -> bool:
     """Whether the compile tests, ``flashcute check`` and ``warmup --all`` build this variant of registry.variants'
-    group ``kind``: all of a plain group; of the packed variable-length, softcap and sink groups every bucket and
-    mask, the dtypes taken in turn. Packing changes only where a tile's rows are (kernels/common/seqlen.py), softcap
-    one step on the scores (kernels/common/softcap.py) and a sink the epilogue's statistics (softmax.finalize), not
-    the tiles, so a sample covers each without doubling the variant matrix."""
-    return not kind.endswith(("-packed", "-softcap", "-sink")) or dtype_in_turn(config)
+    group ``kind``: all of a plain group; of the packed variable-length, softcap, sink and ALiBi groups every bucket
+    and mask, the dtypes taken in turn. Packing changes only where a tile's rows are (kernels/common/seqlen.py),
+    softcap and ALiBi one step each on the scores (kernels/common/softcap.py, alibi.py) and a sink the epilogue's
+    statistics (softmax.finalize), not the tiles, so a sample covers each without doubling the variant matrix."""
+    return not kind.endswith(("-packed", "-softcap", "-sink", "-alibi")) or dtype_in_turn(config)
 
 
 def dtype_in_turn(config) -> bool:

@@ -1,4 +1,5 @@
-"""Step 4: set masked scores to -inf (only on the tiles TileInfo.masked_runs marks; the rest skip this)."""
+"""Step 4: set masked scores to -inf (only on the tiles TileInfo.masked_runs marks; the rest skip this); and step
+3's ALiBi bias, which needs the same coordinates on every tile (kernels/common/alibi.py)."""
 
 import copy
 
@@ -6,6 +7,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
+from flashcute.kernels.common.alibi import biased
 from flashcute.kernels.common.layout import acc_rows_cols
 from flashcute.kernels.common.tile_info import TileInfo
 
@@ -69,6 +71,18 @@ class AttentionMask:
                 else:
                     s[r, c] = -Float32.inf if col >= hi else s[r, c]
 
+    @cute.jit
+    def apply_alibi(self, acc_S: cute.Tensor, m_block: Int32, n_block: Int32, slope: Float32):
+        """S -= slope * |i + diag_offset - j| in place (``slope`` in S's units: alibi.alibi_slope)."""
+        info = self.tile_info
+        s = acc_rows_cols(acc_S)
+        col_offset = n_block * info.block_n + self.tScS[0, 0][1]
+        for r in cutlass.range_constexpr(cute.size(s.shape[0])):
+            row = m_block * info.block_m + self.row_offset + self.tScS[r, 0][0]
+            row_term = Float32(row + info.diag_offset - col_offset)
+            for c in cutlass.range_constexpr(cute.size(s.shape[1])):
+                s[r, c] = biased(s[r, c], row_term, slope, self.t0ScS[0, c][1])
+
 
 class TransposedMask:
     """Masks one (block_n, block_m) tile of S^T (rows are keys, columns are queries), the Hopper backward's layout.
@@ -104,3 +118,17 @@ class TransposedMask:
                     s[r, c] = -Float32.inf if col < lo or col > hi else s[r, c]
                 else:
                     s[r, c] = -Float32.inf if col < lo else s[r, c]
+
+    @cute.jit
+    def apply_alibi(self, acc_St: cute.Tensor, m_block: Int32, n_block: Int32, slope: Float32):
+        """S^T -= slope * |q + diag_offset - key| in place, rows keys and columns queries (``slope`` in S's units:
+        alibi.alibi_slope)."""
+        info = self.tile_info
+        s = acc_rows_cols(acc_St)
+        col_offset = m_block * info.block_m + self.tScS[0, 0][1]
+        for r in cutlass.range_constexpr(cute.size(s.shape[0])):
+            key = n_block * info.block_n + self.tScS[r, 0][0]
+            # |q + offset - key| = |(key - offset - col_offset) - thread 0's column|
+            row_term = Float32(key - info.diag_offset - col_offset)
+            for c in cutlass.range_constexpr(cute.size(s.shape[1])):
+                s[r, c] = biased(s[r, c], row_term, slope, self.t0ScS[0, c][1])

@@ -11,7 +11,9 @@ the gradient of the capped score z = c t, dS = softmax_scale * (1 - t^2) * dZ. T
 end as without softcap, so softcap_grad multiplies dZ by 1 - t^2, with t read back from the fp32 P the step already
 holds (P = exp2(t * scale_log2 - LSE * log2 e), so t = (log2 P + LSE * log2 e) / scale_log2) rather than kept in a
 second fragment of registers across the dP GEMM; where P is 0 (the key is masked, or too far below the row's max to
-count), dS is 0 whatever t is.
+count), dS is 0 whatever t is. With an ALiBi bias as well, P no longer tells t (the bias sits between them), so
+those kernels keep t in a fragment of its own from before the bias and take the derivative from it
+(softcap_grad_kept).
 """
 
 import cutlass
@@ -57,6 +59,14 @@ def softcap_grad_t(acc_Pt: cute.Tensor, acc_dSt: cute.Tensor, sLSE: cute.Tensor,
         lse_log2 = sLSE[tScS[0, c][1]]
         for r in cutlass.range_constexpr(cute.size(p.shape[0])):
             ds[r, c] = _capped_grad(p[r, c], ds[r, c], lse_log2, inv_scale)
+
+
+@cute.jit
+def softcap_grad_kept(acc_t: cute.Tensor, acc_dS: cute.Tensor):
+    """dS *= 1 - t^2 in place, t kept from apply_softcap (same fragment layout as dS); where P is 0, dS is 0
+    already."""
+    t = acc_t.load()
+    acc_dS.store(acc_dS.load() * (1.0 - t * t))
 
 
 @cute.jit

@@ -35,6 +35,7 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
 from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.atomics import add_tile
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
@@ -42,7 +43,7 @@ from flashcute.kernels.common.gemm import gemm_ss
 from flashcute.kernels.common.layout import acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softcap import apply_softcap, softcap_grad, softcap_scales
+from flashcute.kernels.common.softcap import apply_softcap, softcap_grad, softcap_grad_kept, softcap_scales
 from flashcute.kernels.common.softmax import d_rows, lse_log2_rows, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import BwdConfig
@@ -133,6 +134,7 @@ class FlashAttentionBackwardSm80:
         max_seqlen_q: Int32 | None = None,
         max_seqlen_k: Int32 | None = None,
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
+        mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
     ):
         cfg = self.config
         atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
@@ -181,6 +183,7 @@ class FlashAttentionBackwardSm80:
             mCuSeqlensK,
             mSeqUsedQ,
             mSeqUsedK,
+            mAlibi,
             softmax_scale,
             softcap,
             diag_offset,
@@ -222,6 +225,7 @@ class FlashAttentionBackwardSm80:
         mCuSeqlensK: cute.Tensor | None,
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
+        mAlibi: cute.Tensor | None,
         softmax_scale: Float32,
         softcap: Float32 | None,
         diag_offset: Int32,
@@ -399,6 +403,7 @@ class FlashAttentionBackwardSm80:
             head_dim=head_dim,
             scale_log2=scale_log2,
             softcap_multiplier=softcap_multiplier,
+            alibi=mAlibi,
         )
         num_tiles = qheads_per_kvhead * st.num_m_blocks
         if num_tiles > 0:
@@ -492,6 +497,12 @@ class FlashAttentionBackwardSm80:
         gemm_ss(st.tiled_mma_sdp, acc_S, frag.rQ, frag.rK, tSsQ, st.tSsK, st.copy_A_sdp, st.copy_B_sdp)
         if cutlass.const_expr(cfg.softcap):  # S = tanh(S * softmax_scale / softcap)
             apply_softcap(acc_S, st.softcap_multiplier)
+        if cutlass.const_expr(cfg.alibi):  # S -= slope * |i + offset - j| (t kept for the cap's derivative)
+            acc_t = cute.make_fragment_like(acc_S) if cutlass.const_expr(cfg.softcap) else None
+            if cutlass.const_expr(cfg.softcap):
+                acc_t.store(acc_S.load())
+            slope = alibi_slope(st.alibi, st.seq.batch_idx, head_idx, st.scale_log2)
+            mask.apply_alibi(acc_S, m_block, n_block, slope)
         # step 4: mask; step 5: P = exp2(S * scale_log2 - LSE log2 e)
         mask.apply_mask(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
         lse_log2 = lse_log2_rows(st.sLSE[None, stage], st.tScS, rows_left)
@@ -499,7 +510,9 @@ class FlashAttentionBackwardSm80:
         tdPsdO = st.tdPsdO[None, None, None, stage]
         gemm_ss(st.tiled_mma_sdp, acc_dP, frag.rdO, frag.rV, tdPsdO, st.tdPsV, st.copy_A_sdp, st.copy_B_sdp)
         softmax_grad(acc_S, acc_dP, d_rows(st.sD[None, stage], st.tScS, rows_left))  # acc_dP becomes dS
-        if cutlass.const_expr(cfg.softcap):  # dS *= 1 - t^2, the cap's derivative
+        if cutlass.const_expr(cfg.softcap and cfg.alibi):  # dS *= 1 - t^2, the cap's derivative
+            softcap_grad_kept(acc_t, acc_dP)
+        elif cutlass.const_expr(cfg.softcap):
             softcap_grad(acc_S, acc_dP, lse_log2, st.scale_log2)
         # P and dS -> shared memory in 16 bits: their transposes are the A operands of dV and dK
         rP = converted(acc_S, self.dtype)

@@ -21,13 +21,14 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
 from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softcap import apply_softcap, softcap_grad, softcap_scales
+from flashcute.kernels.common.softcap import apply_softcap, softcap_grad, softcap_grad_kept, softcap_scales
 from flashcute.kernels.common.softmax import load_row_stats, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import DQConfig
@@ -74,6 +75,7 @@ class FlashAttentionBackwardDQSm80:
         max_seqlen_q: Int32 | None = None,
         max_seqlen_k: Int32 | None = None,
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
+        mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
     ):
         atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
         sQ_layout = cute.tile_to_shape(atom, (self.block_m, self.head_dim_padded), (0, 1))
@@ -107,6 +109,7 @@ class FlashAttentionBackwardDQSm80:
             mCuSeqlensK,
             mSeqUsedQ,
             mSeqUsedK,
+            mAlibi,
             softmax_scale,
             softcap,
             diag_offset,
@@ -140,6 +143,7 @@ class FlashAttentionBackwardDQSm80:
         mCuSeqlensK: cute.Tensor | None,
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
+        mAlibi: cute.Tensor | None,
         softmax_scale: Float32,
         softcap: Float32 | None,
         diag_offset: Int32,
@@ -257,6 +261,7 @@ class FlashAttentionBackwardDQSm80:
             seqlen_k=seqlen_k,
             scale_log2=scale_log2,
             softcap_multiplier=softcap_multiplier,
+            alibi_slope=alibi_slope(mAlibi, batch_idx, head_idx, scale_log2) if cutlass.const_expr(cfg.alibi) else None,
         )
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             self.compute_one_n_block(st, mask, acc_dQ, m_block, n_block_max - 1 - i)
@@ -311,6 +316,11 @@ class FlashAttentionBackwardDQSm80:
         )
         if cutlass.const_expr(cfg.softcap):  # S = tanh(S * softmax_scale / softcap)
             apply_softcap(acc_S, st.softcap_multiplier)
+        if cutlass.const_expr(cfg.alibi):  # S -= slope * |i + offset - j| (t kept for the cap's derivative)
+            acc_t = cute.make_fragment_like(acc_S) if cutlass.const_expr(cfg.softcap) else None
+            if cutlass.const_expr(cfg.softcap):
+                acc_t.store(acc_S.load())
+            mask.apply_alibi(acc_S, m_block, n_block, st.alibi_slope)
         mask.apply_mask(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
         recompute_probs(acc_S, st.lse_log2, st.scale_log2)
         gemm_ss(
@@ -324,7 +334,9 @@ class FlashAttentionBackwardDQSm80:
             st.copy_B,
         )
         softmax_grad(acc_S, acc_dP, st.d_row)
-        if cutlass.const_expr(cfg.softcap):  # dS *= 1 - t^2, the cap's derivative
+        if cutlass.const_expr(cfg.softcap and cfg.alibi):  # dS *= 1 - t^2, the cap's derivative
+            softcap_grad_kept(acc_t, acc_dP)
+        elif cutlass.const_expr(cfg.softcap):
             softcap_grad(acc_S, acc_dP, st.lse_log2, st.scale_log2)
         # step 6: dQ += dS K, dS converted to 16 bits in the registers that computed it
         rdS = converted(acc_dP, self.dtype)

@@ -30,6 +30,7 @@ class FwdConfig:
     packed:           the batch is packed variable-length sequences (kernels/common/seqlen.py)
     softcap:          the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py)
     sink:             every row's denominator takes its head's learnable sink (softmax.finalize)
+    alibi:            the scores take the ALiBi bias -slope * |i + offset - j| (kernels/common/alibi.py)
     """
 
     dtype: str
@@ -45,6 +46,7 @@ class FwdConfig:
     packed: bool = False
     softcap: bool = False
     sink: bool = False
+    alibi: bool = False
 
     @property
     def num_threads(self) -> int:
@@ -90,10 +92,11 @@ def fwd_config(
     packed: bool = False,
     softcap: bool = False,
     sink: bool = False,
+    alibi: bool = False,
 ) -> FwdConfig:
     """The heuristic for the sm80 forward kernel on target ``arch`` (window_right = 0 is causal; ``packed``: for
-    packed variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, each with the
-    same tiles)."""
+    packed variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, ``alibi``: with
+    ALiBi biases, each with the same tiles)."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
     for block_m, block_n, num_warps, num_stages in _forward_tiles(bucket, mask_right or mask_left):
@@ -112,6 +115,7 @@ def fwd_config(
             packed=packed,
             softcap=softcap,
             sink=sink,
+            alibi=alibi,
         )
         if config.smem_bytes() <= smem_limit(arch):
             break
@@ -131,6 +135,7 @@ class BwdConfig:
     DQConfig kernel, which walks the K/V tiles of one Q tile in a fixed order.
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
     softcap: the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py).
+    alibi: the scores take the ALiBi bias (kernels/common/alibi.py).
     """
 
     dtype: str
@@ -148,6 +153,7 @@ class BwdConfig:
     accumulate_dq: bool = True
     packed: bool = False
     softcap: bool = False
+    alibi: bool = False
 
     @property
     def label(self) -> str:
@@ -185,9 +191,10 @@ def bwd_config(
     deterministic: bool = False,
     packed: bool = False,
     softcap: bool = False,
+    alibi: bool = False,
 ) -> BwdConfig:
-    """The heuristic for the sm80 dK/dV kernel (window_right = 0 is causal; ``packed`` and ``softcap`` as in
-    fwd_config)."""
+    """The heuristic for the sm80 dK/dV kernel (window_right = 0 is causal; ``packed``, ``softcap`` and ``alibi`` as
+    in fwd_config)."""
     bucket = head_dim_bucket(head_dim)
     block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq, num_stages = _backward_tiles(bucket)
     mask_right, mask_left = masks(window_left, window_right)
@@ -207,6 +214,7 @@ def bwd_config(
         accumulate_dq=not deterministic,
         packed=packed,
         softcap=softcap,
+        alibi=alibi,
     )
 
 
@@ -214,7 +222,7 @@ def bwd_config(
 class DQConfig:
     """The deterministic dQ kernel (kernels/sm80/bwd_dq.py): one thread block per (block_m, head_dim) tile of dQ,
     walking its K/V tiles in order, num_warps warps stacked along M (the forward's shape of work); packed and
-    softcap as in BwdConfig."""
+    softcap and alibi as in BwdConfig."""
 
     dtype: str
     head_dim_padded: int
@@ -226,6 +234,7 @@ class DQConfig:
     mask_left: bool
     packed: bool = False
     softcap: bool = False
+    alibi: bool = False
 
     @property
     def label(self) -> str:
@@ -245,6 +254,7 @@ def dq_config(
     window_right: int = -1,
     packed: bool = False,
     softcap: bool = False,
+    alibi: bool = False,
 ) -> DQConfig:
     """The heuristic for the deterministic dQ kernel."""
     bucket = head_dim_bucket(head_dim)
@@ -261,4 +271,5 @@ def dq_config(
         mask_left=mask_left,
         packed=packed,
         softcap=softcap,
+        alibi=alibi,
     )

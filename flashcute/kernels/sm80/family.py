@@ -83,8 +83,9 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
         for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
             for kind, make in kinds.items():
                 found[kind].append(make(head_dim, dtype, window))
-    # packed batches, capped scores and sinks (the forward alone): the exact head dims (each is orthogonal to padding)
-    for variant, variant_kinds in (("packed", kinds), ("softcap", kinds), ("sink", ("fwd",))):
+    # packed batches, capped scores, sinks (the forward alone) and ALiBi: the exact head dims (each is orthogonal to
+    # padding)
+    for variant, variant_kinds in (("packed", kinds), ("softcap", kinds), ("sink", ("fwd",)), ("alibi", kinds)):
         for kind in variant_kinds:
             found[f"{kind}-{variant}"] = [
                 dataclasses.replace(kinds[kind](bucket, dtype, window), **{variant: True})
@@ -103,18 +104,20 @@ def forward_launcher(
     config: FwdConfig | None = None,
     softcap: bool = False,
     sink: bool = False,
+    alibi: bool = False,
 ):
-    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None)`` for
-    validated inputs of this device, dtype, head dim and window (outputs allocated by the caller), with the
-    heuristic's config or ``config`` (tests, tuning). ``packed``: the launches take packed variable-length batches
-    (kernels/common/seqlen.py), q (1, total_q, nheads, head_dim) and lse (1, nheads, total_q), and their
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None,
+    alibi=None)`` for validated inputs of this device, dtype, head dim and window (outputs allocated by the caller),
+    with the heuristic's config or ``config`` (tests, tuning). ``packed``: the launches take packed variable-length
+    batches (kernels/common/seqlen.py), q (1, total_q, nheads, head_dim) and lse (1, nheads, total_q), and their
     packed_args. ``softcap``: the kernel caps the scores, by the launch's softcap (> 0). ``sink``: every row's
-    softmax denominator takes its head's learnable sink, the launch's (nheads,) contiguous float32 ``sink``."""
+    softmax denominator takes its head's learnable sink, the launch's (nheads,) contiguous float32 ``sink``.
+    ``alibi``: the scores take the ALiBi bias of the launch's (batch, nheads) float32 ``alibi`` slopes, rows
+    contiguous (a packed batch's: one row per sequence)."""
     if config is None:
         arch = device_arch(device)
-        config = fwd_config(
-            head_dim, dtype, window_left, window_right, arch=arch, packed=packed, softcap=softcap, sink=sink
-        )
+        scores = {"softcap": softcap, "sink": sink, "alibi": alibi}
+        config = fwd_config(head_dim, dtype, window_left, window_right, arch=arch, packed=packed, **scores)
     kernel = compiled(config, device, compile)
     scalars = (window_left, window_right)
     capped = config.softcap
@@ -130,9 +133,10 @@ def forward_launcher(
         packed_args: tuple = DENSE,
         softcap: float = 0.0,
         sink: torch.Tensor | None = None,
+        alibi: torch.Tensor | None = None,
     ) -> None:
         cap = softcap if capped else None  # None: an optional argument the kernel leaves out
-        args = (q, k, v, out, lse, softmax_scale, diag_offset, *scalars, *packed_args, cap, sink)
+        args = (q, k, v, out, lse, softmax_scale, diag_offset, *scalars, *packed_args, cap, sink, alibi)
         run_on_device(device, kernel, *args)
 
     return launch
@@ -156,12 +160,14 @@ def backward(
     deterministic: bool,
     packed_args: tuple | None = None,
     softcap: float = 0.0,
+    alibi: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, D): the preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32
     atomics into a buffer the preprocess zeroes, scaled and cast by the postprocess, or, deterministic, from the dQ
     kernel, which adds in a fixed order. ``packed_args``: a packed variable-length batch's (forward_launcher), the
     tensors shaped as its launches take them; the kernels' outputs are zeroed first, since they write no row that
-    lies outside every sequence. ``softcap`` > 0: the forward capped the scores by it."""
+    lies outside every sequence. ``softcap`` > 0: the forward capped the scores by it; ``alibi``: (batch, nheads)
+    float32 slopes it biased them with."""
     batch, seqlen_q, nheads, head_dim = q.shape
     dtype = dtype_name(q)
     delta = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
@@ -172,13 +178,14 @@ def backward(
     dk, dv = (new(t.shape, dtype=t.dtype, device=t.device) for t in (k, v))
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     packed, capped = packed_args is not None, softcap > 0
-    after = (*(packed_args if packed else DENSE), softcap if capped else None)
+    after = (*(packed_args if packed else DENSE), softcap if capped else None, alibi)
     window = (window_left, window_right)
-    config = bwd_config(head_dim, dtype, *window, deterministic=deterministic, packed=packed, softcap=capped)
+    variant = {"packed": packed, "softcap": capped, "alibi": alibi is not None}
+    config = bwd_config(head_dim, dtype, *window, deterministic=deterministic, **variant)
     tensors = (q, k, v, dout, lse, delta, dq_accum, dk, dv)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     if deterministic:
-        dq_kernel = compiled(dq_config(head_dim, dtype, *window, packed, capped), q.device, compile)
+        dq_kernel = compiled(dq_config(head_dim, dtype, *window, **variant), q.device, compile)
         run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars, *after)
     else:
         prepost.postprocess(dq_accum, dq, softmax_scale)

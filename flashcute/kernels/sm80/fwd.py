@@ -24,6 +24,7 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import warp
 
 from flashcute.kernels.common import copy as gcopy
+from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
@@ -80,6 +81,7 @@ class FlashAttentionForwardSm80:
         max_seqlen_k: Int32 | None = None,
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
         mSink: cute.Tensor | None = None,  # (nheads,) float32: learnable sinks, when config.sink (softmax.finalize)
+        mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
     ):
         smem_atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
         sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, self.head_dim_padded), (0, 1))
@@ -112,6 +114,7 @@ class FlashAttentionForwardSm80:
             mSeqUsedQ,
             mSeqUsedK,
             mSink,
+            mAlibi,
             scale_log2,
             softcap_multiplier,
             diag_offset,
@@ -154,6 +157,7 @@ class FlashAttentionForwardSm80:
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
         mSink: cute.Tensor | None,
+        mAlibi: cute.Tensor | None,
         scale_log2: Float32,
         softcap_multiplier: Float32 | None,
         diag_offset: Int32,
@@ -299,6 +303,7 @@ class FlashAttentionForwardSm80:
             softmax,
             mask,
             softcap_multiplier,
+            alibi_slope(mAlibi, batch_idx, head_idx, scale_log2) if cutlass.const_expr(cfg.alibi) else None,
             acc_O,
             m_block,
             n_block_min,
@@ -360,6 +365,7 @@ class FlashAttentionForwardSm80:
         softmax: OnlineSoftmax,
         mask: AttentionMask,
         softcap_multiplier: Float32 | None,
+        slope: Float32 | None,
         acc_O: cute.Tensor,
         m_block: Int32,
         n_block_min: Int32,
@@ -388,6 +394,8 @@ class FlashAttentionForwardSm80:
         cute.arch.cp_async_commit_group()
         if cutlass.const_expr(self.config.softcap):  # S = tanh(S * softmax_scale / softcap)
             apply_softcap(acc_S, softcap_multiplier)
+        if cutlass.const_expr(self.config.alibi):  # S -= slope * |i + offset - j| (the tile's ALiBi slope)
+            mask.apply_alibi(acc_S, m_block, n_block, slope)
         # step 4: mask (only on the tiles that cross a boundary)
         if cutlass.const_expr(is_last_tile or mask_rows):
             mask.apply_mask(acc_S, m_block, n_block, mask_rows)

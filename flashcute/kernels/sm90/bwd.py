@@ -43,6 +43,7 @@ from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
 from flashcute.kernels.common import tma
+from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.copy import make_gmem_tiled_copy
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
@@ -50,7 +51,7 @@ from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import TransposedMask
 from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softcap import apply_softcap, softcap_grad_t, softcap_scales
+from flashcute.kernels.common.softcap import apply_softcap, softcap_grad_kept, softcap_grad_t, softcap_scales
 from flashcute.kernels.common.softmax import recompute_probs_t, softmax_grad_t
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, store_probs, transpose_view
@@ -141,6 +142,7 @@ class FlashAttentionBackwardSm90:
         max_seqlen_q: Int32 | None = None,
         max_seqlen_k: Int32 | None = None,
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
+        mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
     ):
         d, bm, bn, stages = self.head_dim_padded, self.block_m, self.block_n, self.num_stages
         sQ_layout = tma.smem_layout(self.dtype, bm, d, stages)  # also dO's
@@ -212,6 +214,7 @@ class FlashAttentionBackwardSm90:
             mCuSeqlensK,
             mSeqUsedQ,
             mSeqUsedK,
+            mAlibi,
             softmax_scale,
             softcap,
             diag_offset,
@@ -266,6 +269,7 @@ class FlashAttentionBackwardSm90:
         mCuSeqlensK: cute.Tensor | None,
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
+        mAlibi: cute.Tensor | None,
         softmax_scale: Float32,
         softcap: Float32 | None,
         diag_offset: Int32,
@@ -371,6 +375,7 @@ class FlashAttentionBackwardSm90:
                 tile_info,
                 softmax_scale,
                 softcap,
+                mAlibi,
                 head_dim,
                 tiled_mma_sdp,
                 tiled_mma_dkv,
@@ -443,6 +448,7 @@ class FlashAttentionBackwardSm90:
         tile_info: TileInfo,
         softmax_scale: Float32,
         softcap: Float32 | None,
+        mAlibi: cute.Tensor | None,
         head_dim: Int32,
         tiled_mma_sdp: cute.TiledMma,
         tiled_mma_dkv: cute.TiledMma,
@@ -490,6 +496,7 @@ class FlashAttentionBackwardSm90:
                 _tiled_mma(self.dtype, OperandMajorMode.MN, OperandMajorMode.MN, (1, 1), self.dq_cols),
             ).get_slice(tidx % 128),
             sdQ=smem.sdQ[None, None, tidx // 128],
+            alibi=mAlibi,  # with config.alibi
         )
         mma.acc_dK.fill(0.0)
         mma.acc_dV.fill(0.0)
@@ -576,13 +583,21 @@ class FlashAttentionBackwardSm90:
         gemm(mma.tiled_mma_sdp, acc_dP, mma.tdPrV, mma.tdPrdO[None, None, None, stage], True, 1)
         if cutlass.const_expr(self.config.softcap):  # S^T = tanh(S^T * softmax_scale / softcap)
             apply_softcap(acc_S, softcap_multiplier)
+        if cutlass.const_expr(self.config.alibi):  # S^T -= slope * |q + offset - key| (t kept for the cap's derivative)
+            acc_t = cute.make_fragment_like(acc_S) if cutlass.const_expr(self.config.softcap) else None
+            if cutlass.const_expr(self.config.softcap):
+                acc_t.store(acc_S.load())
+            slope = alibi_slope(mma.alibi, work.seq.batch_idx, head_idx, scale_log2)
+            mask.apply_alibi(acc_S, m_block, work.n_block, slope)
         # steps 4 and 5: mask, P^T = exp2(S^T * scale_log2 - LSE log2 e)
         if cutlass.const_expr(masked):
             mask.apply_mask(acc_S, m_block, work.n_block)
         recompute_probs_t(acc_S, smem.sLSE[None, stage], mask.tScS, scale_log2)
         warpgroup.wait_group(0)
         softmax_grad_t(acc_S, acc_dP, smem.sD[None, stage], mask.tScS)  # acc_dP becomes dS^T
-        if cutlass.const_expr(self.config.softcap):  # dS^T *= 1 - t^2, the cap's derivative, t from the fp32 P^T
+        if cutlass.const_expr(self.config.softcap and self.config.alibi):  # dS^T *= 1 - t^2, the cap's derivative
+            softcap_grad_kept(acc_t, acc_dP)
+        elif cutlass.const_expr(self.config.softcap):  # t from the fp32 P^T
             softcap_grad_t(acc_S, acc_dP, smem.sLSE[None, stage], mask.tScS, scale_log2)
         # step 6: dV += P^T dO and dK += dS^T Q from registers; dS^T to shared memory for dQ = dS K
         store_probs(acc_S, mma.tdVrP)

@@ -39,6 +39,7 @@ class Sm90FwdConfig:
     packed:             the batch is packed variable-length sequences (kernels/common/seqlen.py)
     softcap:            the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py)
     sink:               every row's denominator takes its head's learnable sink (softmax.finalize)
+    alibi:              the scores take the ALiBi bias -slope * |i + offset - j| (kernels/common/alibi.py)
     """
 
     dtype: str
@@ -57,6 +58,7 @@ class Sm90FwdConfig:
     packed: bool = False
     softcap: bool = False
     sink: bool = False
+    alibi: bool = False
 
     @property
     def label(self) -> str:
@@ -134,10 +136,11 @@ def sm90_fwd_config(
     packed: bool = False,
     softcap: bool = False,
     sink: bool = False,
+    alibi: bool = False,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel (window_right = 0 is causal; ``packed``: for packed
-    variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, each with the same
-    tiles)."""
+    variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, ``alibi``: with ALiBi
+    biases, each with the same tiles)."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
     masked = mask_right or mask_left
@@ -162,6 +165,7 @@ def sm90_fwd_config(
         packed=packed,
         softcap=softcap,
         sink=sink,
+        alibi=alibi,
     )
 
 
@@ -174,6 +178,7 @@ class Sm90BwdConfig:
     the two consumer warpgroups along its rows when block_m is 128, along the head dim when block_m is 64.
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
     softcap: the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py).
+    alibi: the scores take the ALiBi bias (kernels/common/alibi.py).
     """
 
     dtype: str
@@ -185,6 +190,7 @@ class Sm90BwdConfig:
     mask_left: bool
     packed: bool = False
     softcap: bool = False
+    alibi: bool = False
 
     @property
     def label(self) -> str:
@@ -237,6 +243,7 @@ def sm90_bwd_config(
     window_right: int = -1,
     packed: bool = False,
     softcap: bool = False,
+    alibi: bool = False,
 ) -> Sm90BwdConfig:
     """The heuristic for the Hopper backward kernel (window_right = 0 is causal; ``packed`` and ``softcap`` as in
     sm90_fwd_config)."""
@@ -255,4 +262,5 @@ def sm90_bwd_config(
         mask_left=mask_left,
         packed=packed,
         softcap=softcap,
+        alibi=alibi,
     )

@@ -70,7 +70,7 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
     and padded head dim; packed batches and capped scores at the exact head dims only, each orthogonal to
     padding); the backward at the buckets it has tiles for."""
     found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": [], "fwd-softcap": [], "bwd-softcap": []}
-    found["fwd-sink"] = []
+    found |= {"fwd-sink": [], "fwd-alibi": [], "bwd-alibi": []}
     if arch not in ARCHS:
         return found
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
@@ -78,7 +78,7 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found["fwd"].append(sm90_fwd_config(head_dim, dtype, *window))
             if sm90_bwd_supports(head_dim):
                 found["bwd"].append(sm90_bwd_config(head_dim, dtype, *window))
-    for variant in ("packed", "softcap"):
+    for variant in ("packed", "softcap", "alibi"):
         for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
             found[f"fwd-{variant}"].append(sm90_fwd_config(bucket, dtype, *window, **{variant: True}))
             if sm90_bwd_supports(bucket):
@@ -113,14 +113,16 @@ def forward_launcher(
     grid: int | None = None,
     softcap: bool = False,
     sink: bool = False,
+    alibi: bool = False,
 ):
-    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None)`` for
-    validated inputs of this device, dtype, head dim and window (outputs allocated by the caller), with the
-    heuristic's config or ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests: fewer
-    blocks, each claiming several tiles). ``packed``, ``softcap`` and ``sink`` as in the sm80 family's
-    forward_launcher."""
+    """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None,
+    alibi=None)`` for validated inputs of this device, dtype, head dim and window (outputs allocated by the caller),
+    with the heuristic's config or ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests:
+    fewer blocks, each claiming several tiles). ``packed``, ``softcap``, ``sink`` and ``alibi`` as in the sm80
+    family's forward_launcher."""
     if config is None:
-        config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed, softcap=softcap, sink=sink)
+        scores = {"softcap": softcap, "sink": sink, "alibi": alibi}
+        config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed, **scores)
     kernel = compiled(config, device, compile)
     max_grid = grid or num_sms(device)
     capped = config.softcap
@@ -136,12 +138,13 @@ def forward_launcher(
         packed_args: tuple = DENSE,
         softcap: float = 0.0,
         sink: torch.Tensor | None = None,
+        alibi: torch.Tensor | None = None,
     ) -> None:
         q, k, v = tma_addressable(q), tma_addressable(k), tma_addressable(v)
         counter = tile_counter(device)
         scalars = (softmax_scale, diag_offset, window_left, window_right, max_grid)
         cap = softcap if capped else None  # None: an optional argument the kernel leaves out
-        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap, sink)
+        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap, sink, alibi)
 
     return launch
 
@@ -194,15 +197,18 @@ def backward(
     deterministic: bool,
     packed_args: tuple | None = None,
     softcap: float = 0.0,
+    alibi: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, D): the preprocess D = rowsum(dO * O) (and dQaccum zeroed); the Hopper kernel, which adds dQ by TMA
     reduce-adds of whole tiles and applies softmax_scale; the postprocess casts dQ. ``packed_args``: a packed
     variable-length batch's (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in
     the rows of PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written).
-    ``softcap`` > 0: the forward capped the scores by it."""
+    ``softcap`` > 0: the forward capped the scores by it; ``alibi``: (batch, nheads) float32 slopes it biased them
+    with."""
     batch, seqlen_q, nheads, head_dim = q.shape
     packed, capped = packed_args is not None, softcap > 0
-    config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right, packed=packed, softcap=capped)
+    scores = {"softcap": capped, "alibi": alibi is not None}
+    config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right, packed=packed, **scores)
     dq_accum = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     if packed:
         stats_rows = PaddedStatsRows(packed_args[0], seqlen_q, config.block_m)
@@ -224,7 +230,7 @@ def backward(
         lse_log2 = padded_lse_log2(lse, rows)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     tensors = (q, k, v, dout, lse_log2, delta, dq_accum, dk, dv)
-    after = (*(packed_args or DENSE), softcap if capped else None)
+    after = (*(packed_args or DENSE), softcap if capped else None, alibi)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     prepost.postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
     return dq, dk, dv, rows_d

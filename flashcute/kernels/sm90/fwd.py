@@ -28,7 +28,8 @@ The seven steps are the sm80 kernel's (and reference/tiled.py's); the machinery 
   left.
 
 With softcap, every score tile is capped as it lands, before the mask and the softmax (kernels/common/softcap.py).
-With learnable sinks, each row's denominator takes its head's sink in the epilogue (softmax.finalize).
+With learnable sinks, each row's denominator takes its head's sink in the epilogue (softmax.finalize); with ALiBi,
+every score tile takes its bias after the cap (kernels/common/alibi.py).
 
 K/V tiles are split into masked and unmasked runs by TileInfo as in the sm80 kernel; the walk takes the last tile
 first, then the unmasked run downwards, then the rest of the right-masked run and the left-masked run (mainloop
@@ -47,6 +48,7 @@ from cutlass.cute.nvgpu import cpasync
 
 from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common import tma
+from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.layout import converted
@@ -137,6 +139,7 @@ class FlashAttentionForwardSm90:
         max_seqlen_k: Int32 | None = None,
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
         mSink: cute.Tensor | None = None,  # (nheads,) float32: learnable sinks, when config.sink (softmax.finalize)
+        mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
     ):
         d = self.head_dim_padded
         sQ_layout = tma.smem_layout(self.dtype, 64, d, self.num_wg)  # one 64-row stage per consumer warpgroup
@@ -190,6 +193,7 @@ class FlashAttentionForwardSm90:
             mSeqUsedQ,
             mSeqUsedK,
             mSink,
+            mAlibi,
             tma_Q,
             tma_K,
             tma_V,
@@ -237,6 +241,7 @@ class FlashAttentionForwardSm90:
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
         mSink: cute.Tensor | None,
+        mAlibi: cute.Tensor | None,
         tma_Q: cute.CopyAtom,
         tma_K: cute.CopyAtom,
         tma_V: cute.CopyAtom,
@@ -344,6 +349,7 @@ class FlashAttentionForwardSm90:
                 scale_log2,
                 softcap_multiplier,
                 mSink,
+                mAlibi,
                 tiled_mma_qk,
                 tiled_mma_pv,
             )
@@ -612,6 +618,7 @@ class FlashAttentionForwardSm90:
         scale_log2: Float32,
         softcap_multiplier: Float32 | None,
         mSink: cute.Tensor | None,
+        mAlibi: cute.Tensor | None,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
     ):
@@ -654,6 +661,7 @@ class FlashAttentionForwardSm90:
             sK=sK,
             softcap_multiplier=softcap_multiplier,  # apply_softcap's, with config.softcap
             sink=mSink,  # with config.sink
+            alibi=mAlibi,  # with config.alibi
         )
 
         if cutlass.const_expr(self.take_turns):  # noqa: SIM102 (a compile-time test around a run-time one)
@@ -693,6 +701,8 @@ class FlashAttentionForwardSm90:
         mma.acc_O.fill(0.0)
         softmax.reset()
         pipes.q.consumer_wait(q_state)
+        if cutlass.const_expr(self.config.alibi):  # the tile's slope in S's units
+            tile.alibi_slope = alibi_slope(mma.alibi, tile.seq.batch_idx, tile.head_idx, softmax.scale_log2)
         if tile.n_block_max > tile.n_block_min:
             kv_state = self.mainloop(mma, pipes, softmax, mask, tile, wg, kv_state)
         if cutlass.const_expr(not self.config.o_aliases_q):
@@ -754,8 +764,9 @@ class FlashAttentionForwardSm90:
         the kernel without a mask; free run first, 402 (D=128: 475 -> 459, against 446).
         """
         # The first tile's S and P; its P V is issued together with the next tile's Q K^T.
-        self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, tile.n_block_max - 1, wg)
-        step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, wg)
+        slope = tile.alibi_slope if cutlass.const_expr(self.config.alibi) else None
+        self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, tile.n_block_max - 1, slope, wg)
+        step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, slope, wg)
         for run in cutlass.range_constexpr(len(tile.runs)):  # TileInfo.visit_runs
             first, count, masked = tile.runs[run]
             for i in cutlass.range(count, unroll=1):
@@ -779,6 +790,7 @@ class FlashAttentionForwardSm90:
         mask: AttentionMask,
         m_block: Int32,
         n_block: Int32,
+        alibi_slope: Float32 | None,
         wg: Int32,
     ):
         """Steps 3 to 5 for the first K/V tile visited (fully masked: it holds the seqlen_k tail). Its Q K^T takes
@@ -793,6 +805,8 @@ class FlashAttentionForwardSm90:
         pipes.k.consumer_release(state)
         if cutlass.const_expr(self.config.softcap):  # S = tanh(S * softmax_scale / softcap)
             apply_softcap(acc_S, mma.softcap_multiplier)
+        if cutlass.const_expr(self.config.alibi):  # S -= slope * |i + offset - j|
+            mask.apply_alibi(acc_S, m_block, n_block, alibi_slope)
         mask.apply_mask(acc_S, m_block, n_block, True)
         row_scale = softmax.online_softmax(acc_S)
         store_probs(acc_S, mma.tOrP)
@@ -807,6 +821,7 @@ class FlashAttentionForwardSm90:
         softmax: OnlineSoftmax,
         mask: AttentionMask,
         m_block: Int32,
+        alibi_slope: Float32 | None,
         wg: Int32,
         state: pipeline.PipelineState,
         n_block: Int32,
@@ -838,9 +853,12 @@ class FlashAttentionForwardSm90:
         cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
         if cutlass.const_expr(self.config.softcap):  # S = tanh(S * softmax_scale / softcap), under P V too
             apply_softcap(acc_S, mma.softcap_multiplier)
+        if cutlass.const_expr(self.config.alibi):  # S -= slope * |i + offset - j|, under P V too
+            mask.apply_alibi(acc_S, m_block, n_block, alibi_slope)
         if cutlass.const_expr(kept_max and self.config.exp_in_place):  # E in place of S while P V runs
             sK = mma.sK[None, None, state.index]
-            recompute = partial(self.recompute_scores, acc_S, mask.tScS, mma.sQ, sK, mma.softcap_multiplier)
+            scores = (mask, m_block, n_block, alibi_slope)
+            recompute = partial(self.recompute_scores, acc_S, mma.sQ, sK, mma.softcap_multiplier, *scores)
             moved = softmax.online_softmax_in_place(acc_S, mma.row_scale, recompute)
             pipes.k.consumer_release(state)  # (recompute may have read K)
             cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
@@ -875,16 +893,21 @@ class FlashAttentionForwardSm90:
     def recompute_scores(
         self,
         acc_S: cute.Tensor,
-        coords: cute.Tensor,
         sQ: cute.Tensor,
         sK: cute.Tensor,
         softcap_multiplier: Float32 | None,
+        mask: AttentionMask,
+        m_block: Int32,
+        n_block: Int32,
+        alibi_slope: Float32 | None,
     ):
         """S again by FMAs (wgmma.scores_by_fma), for move_kept_max where E cannot tell where the max went; capped
-        as the tensor cores' S was, with config.softcap."""
-        scores_by_fma(acc_S, coords, sQ, sK)
+        and biased as the tensor cores' S was, with config.softcap and config.alibi."""
+        scores_by_fma(acc_S, mask.tScS, sQ, sK)
         if cutlass.const_expr(self.config.softcap):
             apply_softcap(acc_S, softcap_multiplier)
+        if cutlass.const_expr(self.config.alibi):
+            mask.apply_alibi(acc_S, m_block, n_block, alibi_slope)
 
     def gemm_qk(self, mma: SimpleNamespace, acc_S: cute.Tensor, stage: Int32):
         """Step 3: S = Q K[stage]^T, both from shared memory, issued without waiting (wait_group does)."""
