@@ -251,6 +251,7 @@ KNOWN_SPILLS: dict[str, str] = {
                 "sm_90a-bfloat16-d256-128x128w8s1-right-sink",
                 "sm_90a-bfloat16-d64-128x128w4s2-right-sink",
                 "sm_90a-float16-d96-128x64w4s1-left-sink",
+                "sm_90a-float16-d128-128x64w4s2-lazy8-right-sink",
             ]
         ),
         _SINK_MMA_SYNC,
