@@ -41,13 +41,15 @@ from flashcute.bench.plot import write_plots
 from flashcute.bench.report import DECODE_NOTE, PACKED_NOTE, compare, group_table, render, speedup
 from flashcute.bench.results import Results, Row
 from flashcute.bench.runner import Settings, classify, sweep
-from flashcute.reference import attention_same_precision
+from flashcute.reference import attention_ref, attention_same_precision
 from tests.helpers import time_on_the_cpu
 
 SHAPE = Shape(dtype="bf16", headdim=128, causal=False, seqlen=4096, batch=4, nheads=16)
 PACKED = Shape(dtype="bf16", headdim=32, causal=True, seqlen=48, batch=3, nheads=2, lengths=(16, 48, 32))
 DECODE_SHAPE = Shape("bf16", 128, False, seqlen=32768, batch=8, nheads=32, seqlen_q=1, nheads_k=8)
 PAGED = Shape("bf16", 128, False, seqlen=32768, batch=8, nheads=32, seqlen_q=1, nheads_k=8, page_size=64)
+PLAIN = (0.0, False, False)
+"""Shape.scores without a score variant: no softcap, no sink, no ALiBi."""
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -213,14 +215,15 @@ def kvcache_same_precision(q, k_cache, v_cache, cache_seqlens, block_table=None,
 def stand_in_flashcute(
     last_sequence_scale: float = 1.0, calls: list | None = None, pages_in_order: bool = False
 ) -> SimpleNamespace:
-    """flashcute's three entry points on the CPU, each call's name and keyword arguments appended to ``calls``; the
-    varlen one's last sequence scaled by ``last_sequence_scale``; the cache one reading a paged cache's pages in
-    their order in memory rather than the block table's if ``pages_in_order``."""
+    """flashcute's three entry points on the CPU (flash_attn_func with its score variants), each call's name and
+    keyword arguments appended to ``calls``; the varlen one's last sequence scaled by ``last_sequence_scale``; the
+    cache one reading a paged cache's pages in their order in memory rather than the block table's if
+    ``pages_in_order``."""
     calls = [] if calls is None else calls
 
-    def flash_attn_func(q, k, v, causal, kernel, softcap=0.0):
-        calls.append(("flash_attn_func", {"causal": causal, "kernel": kernel, "softcap": softcap}))
-        return attention_same_precision(q, k, v, causal=causal, softcap=softcap)
+    def flash_attn_func(q, k, v, causal, kernel, softcap=0.0, **scores):
+        calls.append(("flash_attn_func", {"causal": causal, "kernel": kernel, "softcap": softcap, **scores}))
+        return attention_same_precision(q, k, v, causal=causal, softcap=softcap, **scores)
 
     def flash_attn_varlen_func(q, k, v, **kwargs):
         calls.append(("flash_attn_varlen_func", kwargs))
@@ -429,6 +432,184 @@ def test_classify_reads_sdpa_refusals():
     assert status == "failed" and len(reason) == 400
 
 
+# ---- learnable sinks and ALiBi -------------------------------------------------------------------------------------
+
+SINK = Shape("bf16", 32, True, 64, 2, 3, sink=True)
+ALIBI = Shape("bf16", 32, True, 64, 2, 3, alibi=True)
+
+
+def test_sink_and_alibi_flags_cross_the_dense_grid_each_variant_a_group(capsys):
+    """--sink and --alibi cross the dense grid with and without the variant, the plain grid first; with --softcap
+    every combination is timed, each a group (table, plot) of its own."""
+    grid = ("--quick", "--headdim", "32", "--causal", "yes")
+    assert [(s.scores, s.seqlen) for s in make_grid(cli.grid_spec(parse(*grid)))] == [(PLAIN, 512), (PLAIN, 1024)]
+    assert [(s.sink, s.alibi, s.seqlen) for s in make_grid(cli.grid_spec(parse(*grid, "--sink")))] == [
+        (False, False, 512),
+        (False, False, 1024),
+        (True, False, 512),
+        (True, False, 1024),
+    ]
+    assert [(s.sink, s.alibi) for s in make_grid(cli.grid_spec(parse(*grid, "--alibi")))[1::2]] == [
+        (False, False),
+        (False, True),
+    ]
+    crossed = make_grid(cli.grid_spec(parse(*grid, "--softcap", "0,30", "--sink", "--alibi")))
+    groups = list(dict.fromkeys(s.group for s in crossed))
+    assert len(crossed) == 16 and [group[3] for group in groups] == list(
+        itertools.product((0.0, 30.0), (False, True), (False, True))
+    )
+    assert [group_label(group) for group in groups[1:4]] == [
+        "bf16 · D=32 · causal · alibi",
+        "bf16 · D=32 · causal · sink",
+        "bf16 · D=32 · causal · sink · alibi",
+    ]
+    assert group_label(groups[-1]) == "bf16 · D=32 · causal · softcap 30 · sink · alibi"
+    assert SINK.label() == "bf16 · D=32 · causal · sink · L=64 B=2 H=3" and SINK.size_label == "L=64"
+    # checked before the GPU: the answer is the same on any machine
+    for flags, why in [
+        (("--varlen", "--sink"), "--sink applies to the dense grid; drop --varlen or --decode"),
+        (("--decode", "--alibi"), "--alibi applies to the dense grid; drop --varlen or --decode"),
+        (("--decode", "--softcap", "30", "--sink", "--alibi"), "--softcap, --sink and --alibi apply to the dense"),
+    ]:
+        assert cli.main(list(flags)) == 2
+        assert why in capsys.readouterr().err
+
+
+def test_sink_and_alibi_rows_round_trip_and_plot_apart(tmp_path):
+    shapes = [SHAPE, dataclasses.replace(SHAPE, sink=True), dataclasses.replace(SHAPE, softcap=30.0, alibi=True)]
+    results = Results({"pass": "fwd"}, [Row("flashcute-sm90", shape, "fwd", "ok", ms=1.0) for shape in shapes])
+    results.save(tmp_path / "results.json")
+    loaded = Results.load(tmp_path / "results.json")
+    assert loaded == results and [row.shape.scores for row in loaded.rows] == [
+        PLAIN,
+        (0.0, True, False),
+        (30.0, False, True),
+    ]
+    old_row = {name: value for name, value in results.rows[0].to_dict().items() if name not in ("sink", "alibi")}
+    (tmp_path / "old.json").write_text(json.dumps({"meta": {}, "rows": [old_row]}))
+    assert Results.load(tmp_path / "old.json").rows == results.rows[:1]  # saved before sinks and ALiBi: plain
+    text = render(results)
+    assert (
+        "## bf16 · D=128 · non-causal · sink\n" in text
+        and "## bf16 · D=128 · non-causal · softcap 30 · alibi\n" in text
+    )
+    assert [path.name for path in write_plots(results, tmp_path)] == [
+        "fwd_bf16_d128_noncausal.png",
+        "fwd_bf16_d128_noncausal_sink.png",
+        "fwd_bf16_d128_noncausal_softcap30_alibi.png",
+    ]
+
+
+def test_score_tensors_sink_logits_and_geometric_slopes():
+    assert bench_backends.score_tensors(SHAPE, "cpu") == {}
+    both = dataclasses.replace(SHAPE, sink=True, alibi=True)  # 16 heads
+    made = bench_backends.score_tensors(both, "cpu")
+    sink, slopes = made["learnable_sink"], made["alibi_slopes"]
+    assert sink.dtype == slopes.dtype == torch.float32 and sink.shape == slopes.shape == (16,)
+    assert not sink.requires_grad and not slopes.requires_grad
+    assert torch.equal(sink, torch.linspace(-1.0, 1.0, 16).bfloat16().float())  # the same logits in bfloat16
+    assert sink[0] == -1.0 and sink[-1] == 1.0 and bool((sink.diff() > 0).all())
+    assert torch.equal(slopes, torch.tensor([2 ** (-8 * (h + 1) / 16) for h in range(16)], dtype=torch.float32))
+    assert slopes[0] == 2**-0.5 and slopes[-1] == 2**-8
+    trained = bench_backends.score_tensors(both, "cpu", requires_grad=True, sink_dtype=torch.bfloat16)
+    assert trained["learnable_sink"].requires_grad and trained["learnable_sink"].dtype == torch.bfloat16
+    assert torch.equal(trained["learnable_sink"].float(), sink) and not trained["alibi_slopes"].requires_grad
+
+
+def test_what_each_backend_runs_of_sinks_and_alibi():
+    """SDPA runs neither, flex ALiBi only, fa4 the sink only, flashcute both; each says why not."""
+    known = registry()
+    both = dataclasses.replace(SINK, alibi=True)
+    for name in ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "sdpa-math"):
+        assert known[name].supports(SINK, "fwd") == f"no learnable sink: {bench_backends.SDPA_SINK}", name
+        assert known[name].supports(ALIBI, "fwd") == f"no ALiBi: {bench_backends.SDPA_ALIBI}", name
+        assert known[name].supports(dataclasses.replace(SINK, sink=False), "fwd") is None, name
+    assert known["flex"].supports(SINK, "fwd+bwd").startswith("no learnable sink: FlexAttention")
+    assert known["flex"].supports(ALIBI, "fwd+bwd") is None
+    assert known["fa4"].supports(SINK, "fwd+bwd") is None
+    refused = "no ALiBi: flash-attn-4 takes no alibi_slopes"
+    assert known["fa4"].supports(ALIBI, "fwd") == known["fa4"].supports(both, "fwd") == refused
+    flashcute_sm80 = flashcute_backend("flashcute-sm80", stand_in_flashcute(), "sm80")
+    assert flashcute_sm80.supports(both, "fwd+bwd") is None
+
+
+@pytest.mark.parametrize("softcap", [0.0, 2.0])
+def test_flex_score_mod_biases_as_the_reference_does(softcap):
+    """flex's score_mod, applied by hand to the scores of a problem with fewer query rows than keys (the bias's
+    offset), gives attention_ref's output with the same slopes and cap."""
+    shape = Shape("fp16", 8, False, seqlen=7, batch=1, nheads=3, seqlen_q=4, softcap=softcap, alibi=True)
+    assert bench_backends.flex_score_mod(dataclasses.replace(shape, softcap=0.0, alibi=False), "cpu") is None
+    modified = bench_backends.flex_score_mod(shape, "cpu")
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, n, 3, 8, generator=generator, dtype=torch.float64) for n in (4, 7, 7))
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * 8**-0.5
+    heads, rows, keys = torch.arange(3)[:, None, None], torch.arange(4)[:, None], torch.arange(7)
+    probs = torch.softmax(modified(scores, 0, heads, rows, keys), dim=-1)
+    out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
+    slopes = bench_backends.score_tensors(shape, "cpu")["alibi_slopes"]
+    expected = attention_ref(q, k, v, softcap=softcap, alibi_slopes=slopes)
+    assert torch.allclose(out, expected, atol=1e-6)
+    biased = bench_backends.flex_score_mod(dataclasses.replace(shape, seqlen_q=None, seqlen=4), "cpu")
+    assert not torch.allclose(modified(scores, 0, heads, rows, keys), biased(scores, 0, heads, rows, keys))
+
+
+def _ignoring(backend: Backend, **plain) -> Backend:
+    """``backend`` on the shape without the variants in ``plain`` (sink=False, alibi=False): the scores wrong."""
+    return dataclasses.replace(
+        backend,
+        name=f"ignores-{'-'.join(plain)}",
+        build=lambda shape: backend.build(dataclasses.replace(shape, **plain)),
+    )
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "fwd+bwd"])
+def test_the_check_holds_backends_to_the_sink_and_alibi_reference(cpu_clock, pass_):
+    """flashcute gets the sink (requiring grad with a backward) and slopes and passes the check; a backend that
+    drops either is wrong in that variant's groups only; SDPA's rows say it does not run them."""
+    calls: list[tuple[str, dict]] = []
+    good = flashcute_backend("flashcute-sm80", stand_in_flashcute(calls=calls), "sm80")
+    other = flashcute_backend("flashcute-sm80", stand_in_flashcute(), "sm80")
+    backends = [good, _ignoring(other, sink=False), _ignoring(other, alibi=False), registry()["sdpa-math"]]
+    plain, both = dataclasses.replace(SINK, sink=False), dataclasses.replace(SINK, alibi=True)
+    rows = {(r.backend, r.shape): r for r in sweep([plain, SINK, ALIBI, both], backends, Settings(pass_))}
+    assert all(rows[("flashcute-sm80", s)].status == "ok" for s in (plain, SINK, ALIBI, both))
+    assert set(rows[("flashcute-sm80", both)].errors) == ({"out"} if pass_ == "fwd" else {"out", "dq", "dk", "dv"})
+    for name, wrong in [("ignores-sink", (SINK, both)), ("ignores-alibi", (ALIBI, both))]:
+        assert [s for s in (plain, SINK, ALIBI, both) if rows[(name, s)].status == "wrong"] == list(wrong), name
+        assert rows[(name, wrong[0])].reason.startswith("wrong (checked at L=64): out max_abs")
+    assert rows[("sdpa-math", plain)].status == "ok"
+    for shape, what in [(SINK, "learnable sink"), (ALIBI, "ALiBi"), (both, "ALiBi")]:
+        assert rows[("sdpa-math", shape)].status == "unsupported"
+        assert rows[("sdpa-math", shape)].reason.startswith(f"no {what}:")
+    given = [kwargs for _, kwargs in calls if "learnable_sink" in kwargs or "alibi_slopes" in kwargs]
+    sink, slopes = given[-1]["learnable_sink"], given[-1]["alibi_slopes"]  # of the last shape, both
+    assert sink.tolist() == [-1.0, 0.0, 1.0] and sink.dtype == torch.float32
+    assert sink.requires_grad == (pass_ != "fwd") and torch.equal(
+        slopes, torch.tensor([2 ** (-8 * h / 3) for h in (1, 2, 3)])
+    )
+    assert all(kwargs["learnable_sink"] is sink for kwargs in given[-2:])  # made once, not in what is timed
+    assert not any("learnable_sink" in kwargs or "alibi_slopes" in kwargs for _, kwargs in calls[:2])  # plain
+
+
+def test_fa4_gets_a_bfloat16_sink_and_the_check_holds_it(cpu_clock, monkeypatch):
+    """flash-attn-4 (a CPU stand-in here) gets the sink in bfloat16, which its releases before float32 sinks assert,
+    with the same logits as flashcute; returning (out, lse) as some versions do."""
+    given = []
+
+    def flash_attn_func(q, k, v, causal, learnable_sink=None, softcap=0.0):
+        given.append(learnable_sink)
+        assert learnable_sink is None or learnable_sink.dtype == torch.bfloat16, "learnable_sink must be bfloat16"
+        return attention_same_precision(q, k, v, causal=causal, learnable_sink=learnable_sink), None
+
+    cute = SimpleNamespace(flash_attn_func=flash_attn_func)
+    monkeypatch.setitem(sys.modules, "flash_attn", SimpleNamespace(cute=cute))
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    fa4 = registry()["fa4"]
+    rows = list(sweep([SINK], [fa4, _ignoring(fa4, sink=False)], Settings("fwd+bwd")))
+    assert [(row.backend, row.status) for row in rows] == [("fa4", "ok"), ("ignores-sink", "wrong")]
+    assert given[0].tolist() == [-1.0, 0.0, 1.0] and given[0].requires_grad
+
+
 # ---- reports, JSON, --compare, plots -------------------------------------------------------------------------------
 
 
@@ -544,7 +725,7 @@ def test_decode_grid_and_labels():
         (1, 32768, 8, False, 256),
     ]
     assert {(s.dtype, s.headdim, s.nheads, s.kv_heads, s.group) for s in shapes} == {
-        ("bf16", 128, 32, 8, ("bf16", 128, None, 0.0))
+        ("bf16", 128, 32, 8, ("bf16", 128, None, PLAIN))
     }
     assert all(s.decode and not s.packed for s in shapes) and (shapes[1], shapes[6]) == (DECODE_SHAPE, PAGED)
     assert DECODE_SHAPE.label() == "bf16 · D=128 · non-causal · Lq=1 Lk=32k B=8 H=32/8"
@@ -555,7 +736,7 @@ def test_decode_grid_and_labels():
     # self-attention shapes: q's rows and K/V's heads follow seqlen and nheads, labels as before
     assert (SHAPE.q_seqlen, SHAPE.kv_heads, SHAPE.decode, SHAPE.paged) == (4096, 16, False, False)
     assert SHAPE.label() == "bf16 · D=128 · non-causal · L=4k B=4 H=16" and SHAPE.size_label == "L=4k"
-    assert SHAPE.group == ("bf16", 128, False, 0.0)
+    assert SHAPE.group == ("bf16", 128, False, PLAIN)
     assert graphs.graph_shape(shapes) == shapes[0]  # the CUDA graph figures' shape: Lq=1 Lk=4k B=8
 
 
@@ -571,7 +752,7 @@ def test_decode_flags_quick_and_refusals(capsys):
     assert cli.settings(parse("--decode", "--quick")) == Settings(warmup_ms=5.0, rep_ms=20.0)
     narrowed = make_grid(cli.grid_spec(parse("--decode", "--causal", "no", "--dtype", "fp16", "--headdim", "64,128")))
     assert len(narrowed) == 2 * 7 and not any(s.causal for s in narrowed)
-    assert [s.group for s in narrowed[::7]] == [("fp16", 64, None, 0.0), ("fp16", 128, None, 0.0)]
+    assert [s.group for s in narrowed[::7]] == [("fp16", 64, None, PLAIN), ("fp16", 128, None, PLAIN)]
     assert not parse().decode and parse("--decode").decode
     # checked before the GPU: the answer is the same on any machine
     for flags, why in [
@@ -838,3 +1019,35 @@ def test_bench_decode_quick_on_a_cpu_stand_in(monkeypatch, cpu_clock, tmp_path, 
     )
     assert "| flashcute-sm80 | 10.5 | 10.0 | 1.05 |" in text
     assert [path.name for path in tmp_path.glob("*.png")] == ["fwd_bf16_d128_decode.png"]
+
+
+def test_bench_sink_and_alibi_quick_on_a_cpu_stand_in(monkeypatch, cpu_clock, tmp_path, capsys):
+    """`flashcute bench --quick --sink --alibi` end to end, flashcute's entry point and the clocks standing in: a
+    table and a plot per variant, SDPA's rows n/a with the reason."""
+    package = stand_in_flashcute()
+    monkeypatch.setattr(flashcute, "available_kernels", lambda: ["sm80"], raising=False)
+    monkeypatch.setattr(flashcute, "flash_attn_func", package.flash_attn_func, raising=False)
+    time_on_the_cpu(monkeypatch, lambda: 1.0)
+    grid = ["--quick", "--headdim", "32", "--causal", "yes", "--seqlen", "256", "--sink", "--alibi"]
+    assert cli.main([*grid, "--backends", "flashcute-sm80,sdpa-math", "--out", str(tmp_path)]) == 0
+    saved = Results.load(tmp_path / "results.json")
+    assert [(row.backend, row.shape.sink, row.shape.alibi, row.status) for row in saved.rows] == [
+        ("flashcute-sm80", False, False, "ok"),
+        ("sdpa-math", False, False, "ok"),
+        ("flashcute-sm80", False, True, "ok"),
+        ("sdpa-math", False, True, "unsupported"),
+        ("flashcute-sm80", True, False, "ok"),
+        ("sdpa-math", True, False, "unsupported"),
+        ("flashcute-sm80", True, True, "ok"),
+        ("sdpa-math", True, True, "unsupported"),
+    ]
+    assert (saved.meta["grid"]["sinks"], saved.meta["grid"]["alibis"]) == ([False, True], [False, True])
+    text = re.sub(" +", " ", (tmp_path / "results.md").read_text())
+    assert "## bf16 · D=32 · causal · sink · alibi\n" in text
+    assert f"- sdpa-math unsupported (L=256): no learnable sink: {bench_backends.SDPA_SINK}" in text
+    assert sorted(path.name for path in tmp_path.glob("*.png")) == [
+        "fwd_bf16_d32_causal.png",
+        "fwd_bf16_d32_causal_alibi.png",
+        "fwd_bf16_d32_causal_sink.png",
+        "fwd_bf16_d32_causal_sink_alibi.png",
+    ]

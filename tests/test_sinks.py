@@ -72,7 +72,9 @@ def grads(fn, q, k, v, sink, dout):
 
 
 def check_grads(q, k, v, sink, kernel=None, deterministic=False, atol=1e-4, **options):
-    """dQ, dK, dV and the sinks' gradient within 2x the same-precision baseline's error + atol of float64."""
+    """dQ, dK, dV and the sinks' gradient within 2x the same-precision baseline's error + atol of float64. The sinks'
+    gradient sums p D over every row of a head, with D = rowsum(dO * O) of the 16-bit O (as flash-attn-4 takes it),
+    so its atol grows by 2^-13 of its largest entry: the rounding of O, a part in 2^11, averaged over the rows."""
     dout = torch.randn_like(q)
     run = {"kernel": kernel, "deterministic": deterministic, **options}
     ours = grads(lambda *t: flashcute.flash_attn_func(*t[:3], learnable_sink=t[3], **run), q, k, v, sink, dout)
@@ -81,6 +83,8 @@ def check_grads(q, k, v, sink, kernel=None, deterministic=False, atol=1e-4, **op
     spec = grads(lambda *t: attention_ref(*t[:3], learnable_sink=t[3], **options), *wide)
     for name, g, b, r in zip(("dq", "dk", "dv", "dsink"), ours, base, spec, strict=True):
         assert g.shape == r.shape and not g.isnan().any(), name
+        if name == "dsink":
+            atol += 2**-13 * r.abs().max().item()
         err, base_err = ((x.double() - r).abs().max().item() for x in (g, b))
         assert err <= 2 * base_err + atol, f"{name}: max abs error {err:.3g} > 2 x baseline {base_err:.3g} + {atol}"
         norm = r.norm().item() or 1.0
@@ -145,7 +149,7 @@ def test_varlen_forward_and_backward(causal, kernel):
     expected = torch.zeros(4, dtype=torch.float64, device="cuda")
     sq, sk = starts(lens_q), starts(lens_k)
     for b in range(len(lens_q)):
-        if lens_q[b] == 0:
+        if lens_q[b] == 0 or lens_k[b] == 0:  # no key: O = 0, so D = 0 and the sequence adds nothing
             continue
         rows_q, rows_k = slice(sq[b], sq[b] + lens_q[b]), slice(sk[b], sk[b] + lens_k[b])
         wide_sink = sink.double().requires_grad_()

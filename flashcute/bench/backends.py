@@ -8,6 +8,11 @@ flashcute and fa4 run packed shapes through their flash_attn_varlen_func; SDPA a
 Decode shapes (q a few rows, k and v a cache): flashcute-<kernel> runs them through flash_attn_with_kvcache, and
 the decode registry adds flashcute-<kernel>-func, the same kernel through flash_attn_func on a contiguous cache;
 fa4 runs a paged cache through its flash_attn_varlen_func's page_table; SDPA and flex take contiguous caches only.
+
+Score variants (dense shapes): flashcute takes softcap, learnable_sink and alibi_slopes; fa4 softcap and
+learnable_sink, no ALiBi; flex caps and biases through a score_mod, without a sink; SDPA none of them. A backend
+reports the variants it cannot run as unsupported. `score_tensors` makes the sink and slopes every backend and the
+check use.
 """
 
 import importlib.util
@@ -36,7 +41,11 @@ SDPA_PACKED = "SDPA takes them only as nested tensors, not timed here"
 FLEX_PACKED = "FlexAttention needs a document mask for them, not timed here"
 SDPA_PAGED = "SDPA takes no page table"
 SDPA_SOFTCAP = "SDPA caps no scores (a float attn_mask cannot)"
+SDPA_SINK = "SDPA's softmax takes no logit beyond the scores"
+SDPA_ALIBI = "SDPA adds a bias only as a float attn_mask of every score, read from memory, not timed here"
 FLEX_PAGED = "FlexAttention reads pages only through its own paged-attention mask conversion, not timed here"
+FLEX_SINK = "FlexAttention's softmax takes no logit beyond the scores (a score_mod only changes them)"
+FA4_ALIBI = "flash-attn-4 takes no alibi_slopes"
 
 
 def _supports_all(shape: Shape, pass_: str) -> str | None:
@@ -100,6 +109,43 @@ def _contiguous_only(why: str, supports: Supports = _supports_all) -> Supports:
     return _refusing("paged KV cache", lambda shape: shape.paged, why, supports)
 
 
+def score_tensors(
+    shape: Shape, device: torch.device | str, requires_grad: bool = False, sink_dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    """flash_attn_func's learnable_sink and alibi_slopes keywords for the shape's score variants (none for a shape
+    without them), on ``device``. The sink: logits from -1 to 1 across the heads, (nheads,) of ``sink_dtype``,
+    rounded to bfloat16 values so that a backend that takes it only in bfloat16 (flash-attn-4) gets the same logits;
+    it requires grad when ``requires_grad``, as a model's parameter would in training. The slopes: ALiBi's geometric
+    sequence 2^(-8 (h + 1) / nheads), float32 (nheads,)."""
+    arguments = {}
+    if shape.sink:
+        logits = torch.linspace(-1.0, 1.0, shape.nheads).bfloat16()
+        arguments["learnable_sink"] = logits.to(device, sink_dtype).requires_grad_(requires_grad)
+    if shape.alibi:
+        slopes = [2 ** (-8 * (h + 1) / shape.nheads) for h in range(shape.nheads)]
+        arguments["alibi_slopes"] = torch.tensor(slopes, dtype=torch.float32, device=device)
+    return arguments
+
+
+def _with_scores(
+    call: Callable[..., torch.Tensor], shape: Shape, sink_dtype: torch.dtype = torch.float32
+) -> AttentionFn:
+    """``call`` given the shape's `score_tensors` as keywords, made at the first call on q's device and kept for the
+    next ones (none is made in what is timed); the sink requires grad when q does, so that a pass with a backward
+    computes its gradient. ``call`` itself for a shape without them."""
+    if not (shape.sink or shape.alibi):
+        return call
+    made: dict[tuple[torch.device, bool], dict[str, torch.Tensor]] = {}
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        key = (q.device, q.requires_grad)
+        if key not in made:
+            made[key] = score_tensors(shape, q.device, q.requires_grad, sink_dtype)
+        return call(q, k, v, **made[key])
+
+    return attention
+
+
 def _heads_first(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """(batch, seqlen, nheads, headdim) views as (batch, nheads, seqlen, headdim), the layout of SDPA and flex."""
     return tuple(t.transpose(1, 2) for t in tensors)
@@ -126,7 +172,7 @@ def flashcute_backend(name: str, package: ModuleType, kernel: str) -> Backend:
                 package.flash_attn_varlen_func, **_varlen_arguments(shape), causal=shape.causal, kernel=kernel
             )
         capped = {"softcap": shape.softcap} if shape.softcap else {}  # (a copy from before softcap takes none)
-        return partial(package.flash_attn_func, causal=shape.causal, kernel=kernel, **capped)
+        return _with_scores(partial(package.flash_attn_func, causal=shape.causal, kernel=kernel, **capped), shape)
 
     return Backend(name, build)
 
@@ -200,11 +246,12 @@ def _build_fa4(shape: Shape) -> AttentionFn:
 
     capped = {"softcap": shape.softcap} if shape.softcap else {}
 
-    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        out = call(q, k, v, causal=shape.causal, **capped)
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **scores: torch.Tensor) -> torch.Tensor:
+        out = call(q, k, v, causal=shape.causal, **capped, **scores)
         return out[0] if isinstance(out, tuple) else out  # some versions return (out, lse)
 
-    return attention
+    # in bfloat16: flash-attn-4 releases before its float16 and float32 sinks assert a bfloat16 one
+    return _with_scores(attention, shape, sink_dtype=torch.bfloat16)
 
 
 # ---- PyTorch SDPA --------------------------------------------------------------------------------------------------
@@ -245,6 +292,8 @@ def _sdpa(kind: str) -> Backend:
 
     supports = _dense_only(SDPA_PACKED, _contiguous_only(SDPA_PAGED, _math_fits if kind == "math" else _supports_all))
     supports = _refusing("softcap", lambda shape: shape.softcap > 0, SDPA_SOFTCAP, supports)
+    supports = _refusing("learnable sink", lambda shape: shape.sink, SDPA_SINK, supports)
+    supports = _refusing("ALiBi", lambda shape: shape.alibi, SDPA_ALIBI, supports)
     return Backend(f"sdpa-{kind}", _build_sdpa, supports=supports, context=forced)
 
 
@@ -265,13 +314,23 @@ def _causal_mask(offset: int) -> Callable[..., torch.Tensor]:
     return causal
 
 
-def _softcap(cap: float) -> Callable[..., torch.Tensor]:
-    """flex's score_mod for softcap: its score is already softmax_scale * q.k."""
+def flex_score_mod(shape: Shape, device: torch.device | str) -> Callable[..., torch.Tensor] | None:
+    """flex's score_mod for the shape's softcap and ALiBi, in the reference's order: the cap, then the bias -slope[h]
+    * |i + offset - j|, offset = seqlen_k - seqlen_q, slopes on ``device``; None for plain scores. Its score is
+    already softmax_scale * q.k."""
+    cap, offset = shape.softcap, shape.seqlen - shape.q_seqlen
+    slopes = score_tensors(shape, device).get("alibi_slopes")
+    if not cap and slopes is None:
+        return None
 
-    def softcap(score: torch.Tensor, batch_idx, head_idx, q_idx, kv_idx) -> torch.Tensor:
-        return cap * torch.tanh(score / cap)
+    def modified(score: torch.Tensor, batch_idx, head_idx, q_idx, kv_idx) -> torch.Tensor:
+        if cap:
+            score = cap * torch.tanh(score / cap)
+        if slopes is not None:
+            score = score - slopes[head_idx] * (q_idx + offset - kv_idx).abs()
+        return score
 
-    return softcap
+    return modified
 
 
 def _build_flex(shape: Shape) -> AttentionFn:
@@ -282,8 +341,8 @@ def _build_flex(shape: Shape) -> AttentionFn:
     torch._dynamo.reset()
     attend = torch.compile(flex_attention, dynamic=False)
     arguments = {"enable_gqa": True} if shape.kv_heads != shape.nheads else {}
-    if shape.softcap:
-        arguments["score_mod"] = _softcap(shape.softcap)
+    if modified := flex_score_mod(shape, "cuda"):
+        arguments["score_mod"] = modified
     if shape.causal:
         mask = _causal_mask(shape.seqlen - shape.q_seqlen)
         arguments["block_mask"] = create_block_mask(mask, None, None, shape.q_seqlen, shape.seqlen, device="cuda")
@@ -300,10 +359,13 @@ def _build_flex(shape: Shape) -> AttentionFn:
 def registry(decode: bool = False) -> dict[str, Backend]:
     """Every backend this process knows, flashcute first, in the order tables and plots show them; with ``decode``
     also the backends that only time decode shapes."""
-    flex_supports = _dense_only(FLEX_PACKED, _contiguous_only(FLEX_PAGED))
+    flex_supports = _refusing(
+        "learnable sink", lambda shape: shape.sink, FLEX_SINK, _dense_only(FLEX_PACKED, _contiguous_only(FLEX_PAGED))
+    )
+    fa4_supports = _refusing("ALiBi", lambda shape: shape.alibi, FA4_ALIBI)
     backends = [
         *_flashcute_backends(decode),
-        Backend("fa4", _build_fa4, available=_fa4_available),
+        Backend("fa4", _build_fa4, supports=fa4_supports, available=_fa4_available),
         _sdpa("cudnn"),
         _sdpa("flash"),
         _sdpa("efficient"),

@@ -6,7 +6,9 @@ big shapes the backend runs on the real shape and only a sample of it is compare
 element, the first and last head (batch and heads are independent, so the sample is a problem of its own). Of a
 packed batch the sample is its first and last sequences, packed the same way, and the first and last head. With
 fewer K/V heads than query heads the first and last of each still pair up (query head h reads K/V head
-h // (nheads // nheads_k)). A paged cache is gathered into a contiguous one through its block table first.
+h // (nheads // nheads_k)). A paged cache is gathered into a contiguous one through its block table first. A
+shape's score variants hold for the reference too: its softcap, and the sink logits and ALiBi slopes the backends
+were given (backends.score_tensors) at the sampled heads.
 """
 
 from collections.abc import Callable
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from flashcute.bench.backends import score_tensors
 from flashcute.bench.grid import Shape
 from flashcute.bench.inputs import InputSet, block_table
 
@@ -25,12 +28,17 @@ sample does not shrink the budget to nothing."""
 def sample(t: torch.Tensor, lengths: tuple[int, ...] = ()) -> torch.Tensor:
     """(batch, seqlen, nheads, headdim) -> the first and last batch element and head; a packed (tokens, nheads,
     headdim) of sequences ``lengths`` -> the rows of its first and last sequences (`sampled_lengths`) and heads."""
-    heads = sorted({0, t.shape[-2] - 1})
+    heads = sampled_heads(t.shape[-2])
     if lengths:
         ends = [t[: lengths[0]], t[len(t) - lengths[-1] :]] if len(lengths) > 1 else [t]
         return torch.cat(ends)[:, heads]
     batches = sorted({0, t.shape[0] - 1})
     return t[batches][:, :, heads]
+
+
+def sampled_heads(nheads: int) -> list[int]:
+    """The heads `sample` keeps: the first and last."""
+    return sorted({0, nheads - 1})
 
 
 def sampled_lengths(lengths: tuple[int, ...]) -> tuple[int, ...]:
@@ -53,10 +61,13 @@ class Reference:
     """The packed batch's sequence lengths, to sample a backend's tensors as the inputs were; empty when dense."""
 
 
-def _outputs(attention, qkv: list[torch.Tensor], dout: torch.Tensor | None, shape: Shape) -> dict[str, torch.Tensor]:
-    """out, and dq, dk, dv when dout is given, of attention(q, k, v) with the shape's causal and softcap."""
+def _outputs(
+    attention, qkv: list[torch.Tensor], dout: torch.Tensor | None, shape: Shape, scores: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """out, and dq, dk, dv when dout is given, of attention(q, k, v) with the shape's causal and softcap and the
+    ``scores`` keywords (learnable_sink, alibi_slopes)."""
     leaves = [t.detach().requires_grad_(dout is not None) for t in qkv]
-    out = attention(*leaves, causal=shape.causal, softcap=shape.softcap)
+    out = attention(*leaves, causal=shape.causal, softcap=shape.softcap, **scores)
     if dout is None:
         return {"out": out.detach()}
     dq, dk, dv = torch.autograd.grad(out, leaves, dout)
@@ -91,8 +102,10 @@ def make_reference(inputs: InputSet, shape: Shape) -> Reference:
     k, v = (contiguous_cache(t, shape) for t in (inputs.k, inputs.v))
     qkv = [sample(t, shape.lengths) for t in (inputs.q, k, v)]
     dout = None if inputs.dout is None else sample(inputs.dout, shape.lengths)
-    expected = _outputs(exact, [t.double() for t in qkv], None if dout is None else dout.double(), shape)
-    baseline = _outputs(same_precision, qkv, dout, shape)
+    heads = sampled_heads(inputs.q.shape[-2])
+    scores = {name: t[heads] for name, t in score_tensors(shape, inputs.q.device).items()}
+    expected = _outputs(exact, [t.double() for t in qkv], None if dout is None else dout.double(), shape, scores)
+    baseline = _outputs(same_precision, qkv, dout, shape, scores)
     budget = {
         name: {metric: 2 * err + ATOL[metric] for metric, err in errors(baseline[name], expected[name]).items()}
         for name in expected
@@ -122,9 +135,9 @@ def _verdict_key(backend: str, shape: Shape) -> tuple[object, ...]:
 
 
 class Checker:
-    """Checks each backend once per (dtype, headdim, causal) group and layout (dense or packed), on the first such
-    shape where the backend runs, the verdict then holding for the group's shapes of that layout; and on every
-    decode shape."""
+    """Checks each backend once per group (dtype, headdim, causal, score variants) and layout (dense or packed), on
+    the first such shape where the backend runs, the verdict then holding for the group's shapes of that layout; and
+    on every decode shape."""
 
     def __init__(self) -> None:
         self._verdicts: dict[tuple[object, ...], str] = {}

@@ -44,6 +44,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma list of caps (0: none) crossed with the grid, scores capped to softcap * tanh(score / softcap) "
         "(default: 0); backends that cannot cap report so",
     )
+    grid.add_argument(
+        "--sink",
+        action="store_true",
+        help="cross the grid with and without a learnable sink (one logit per query head in every row's softmax "
+        "denominator, flash-attn-4's learnable_sink); backends that take none report so",
+    )
+    grid.add_argument(
+        "--alibi",
+        action="store_true",
+        help="cross the grid with and without the ALiBi bias (geometric slopes 2^(-8 (h+1) / nheads)); backends "
+        "that cannot bias the scores report so",
+    )
     case = grid.add_mutually_exclusive_group()
     case.add_argument("--varlen", action="store_true", help=_varlen_help())
     case.add_argument("--decode", action="store_true", help=_decode_help())
@@ -99,7 +111,12 @@ def grid_spec(args: argparse.Namespace) -> GridSpec | VarlenSpec | DecodeSpec:
     if args.decode:
         return grid_from_flags(args, DECODE_QUICK if args.quick else DECODE)
     spec = grid_from_flags(args, QUICK if args.quick else FULL)
-    return dataclasses.replace(spec, softcaps=args.softcap) if args.softcap else spec
+    variants = {
+        "softcaps": args.softcap,
+        "sinks": (False, True) if args.sink else None,
+        "alibis": (False, True) if args.alibi else None,
+    }
+    return dataclasses.replace(spec, **{name: value for name, value in variants.items() if value})
 
 
 def refusal(args: argparse.Namespace) -> str | None:
@@ -108,8 +125,12 @@ def refusal(args: argparse.Namespace) -> str | None:
         return "--varlen sets its own lengths and batch; drop --seqlen and --batch"
     if args.decode and (args.seqlen or args.batch or args.nheads):
         return "--decode sets its own shapes; drop --seqlen, --batch and --nheads"
-    if (args.varlen or args.decode) and args.softcap:
-        return "--softcap applies to the dense grid; drop --varlen or --decode"
+    given = {"--softcap": args.softcap, "--sink": args.sink, "--alibi": args.alibi}
+    variants = [flag for flag, value in given.items() if value]
+    if (args.varlen or args.decode) and variants:
+        if len(variants) == 1:
+            return f"{variants[0]} applies to the dense grid; drop --varlen or --decode"
+        return f"{', '.join(variants[:-1])} and {variants[-1]} apply to the dense grid; drop --varlen or --decode"
     if args.decode and args.pass_ != "fwd":
         return "--decode times inference (flash_attn_with_kvcache has no backward); drop --pass"
     return None

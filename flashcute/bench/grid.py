@@ -22,6 +22,11 @@ TOKENS = 16384
 HIDDEN = 2048
 """nheads · headdim in the default grid."""
 
+Scores = tuple[float, bool, bool]
+"""A shape's score variants: (softcap, sink, alibi)."""
+Group = tuple[str, int, bool | None, Scores]
+"""What the shapes of one table and plot share: (dtype, headdim, causal or None for decode shapes, score variants)."""
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -54,12 +59,21 @@ class Shape:
     """A decode shape's cache page size; 0: a contiguous cache."""
     softcap: float = 0.0
     """Scores capped to softcap * tanh(score / softcap) (Gemma 2); 0: not capped."""
+    sink: bool = False
+    """A learnable sink: one logit per query head in every row's softmax denominator (gpt-oss)."""
+    alibi: bool = False
+    """The ALiBi bias -slope * |i + seqlen_k - seqlen_q - j| on the scores, a slope per query head."""
 
     @property
-    def group(self) -> tuple[str, int, bool | None, float]:
+    def scores(self) -> Scores:
+        """The score variants: (softcap, sink, alibi)."""
+        return (self.softcap, self.sink, self.alibi)
+
+    @property
+    def group(self) -> Group:
         """Shapes that differ only in size (seqlen, batch, packing) share a group: one table, one plot. Decode
         shapes of a dtype and head dim share one group whatever their mask (None): one table of decode steps."""
-        return (self.dtype, self.headdim, None if self.decode else self.causal, self.softcap)
+        return (self.dtype, self.headdim, None if self.decode else self.causal, self.scores)
 
     @property
     def packed(self) -> bool:
@@ -133,7 +147,7 @@ class Shape:
 
     def label(self) -> str:
         if self.decode:
-            return f"{group_label((self.dtype, self.headdim, self.causal, self.softcap))} · {self._decode_size}"
+            return f"{group_label((self.dtype, self.headdim, self.causal, self.scores))} · {self._decode_size}"
         tokens = f" ({self.tokens} tokens)" if self.packed else ""
         return f"{group_label(self.group)} · L={self.length_label} B={self.batch}{tokens} H={self.nheads}"
 
@@ -149,6 +163,10 @@ class GridSpec:
     batch: int | None = None
     nheads: int | None = None
     softcaps: tuple[float, ...] = (0.0,)
+    sinks: tuple[bool, ...] = (False,)
+    """Without (False) and with (True) a learnable sink."""
+    alibis: tuple[bool, ...] = (False,)
+    """Without (False) and with (True) the ALiBi bias."""
 
 
 FULL = GridSpec()
@@ -233,14 +251,15 @@ def packed_lengths(tokens: int, min_len: int, max_len: int, seed: int) -> tuple[
 
 
 def make_grid(spec: GridSpec | VarlenSpec | DecodeSpec) -> list[Shape]:
-    """Every combination, grouped by (dtype, headdim, causal): with seqlen ascending inside a group, or for the
-    packed case the packed batch, then the dense one; decode shapes grouped by (dtype, headdim), in the order of
-    the spec's points."""
+    """Every combination, grouped by score variants (the plain grid first), then (dtype, headdim, causal): with
+    seqlen ascending inside a group, or for the packed case the packed batch, then the dense one; decode shapes
+    grouped by (dtype, headdim), in the order of the spec's points."""
     if isinstance(spec, VarlenSpec):
         return _varlen_grid(spec)
     if isinstance(spec, DecodeSpec):
         return _decode_grid(spec)
-    combos = itertools.product(spec.softcaps, spec.dtypes, spec.headdims, spec.causals, sorted(spec.seqlens))
+    variants = itertools.product(spec.softcaps, spec.sinks, spec.alibis)
+    combos = itertools.product(variants, spec.dtypes, spec.headdims, spec.causals, sorted(spec.seqlens))
     return [
         Shape(
             dtype=dtype,
@@ -250,8 +269,10 @@ def make_grid(spec: GridSpec | VarlenSpec | DecodeSpec) -> list[Shape]:
             batch=spec.batch or max(1, TOKENS // seqlen),
             nheads=spec.nheads or max(1, HIDDEN // headdim),
             softcap=softcap,
+            sink=sink,
+            alibi=alibi,
         )
-        for softcap, dtype, headdim, causal, seqlen in combos
+        for (softcap, sink, alibi), dtype, headdim, causal, seqlen in combos
     ]
 
 
@@ -289,9 +310,16 @@ def seqlen_label(seqlen: int) -> str:
     return f"{seqlen // 1024}k" if seqlen % 1024 == 0 else str(seqlen)
 
 
-def group_label(group: tuple[str, int, bool | None, float]) -> str:
-    """A group's title: "bf16 · D=128 · causal" ("· softcap 30" when capped); for the decode shapes' group (mask
-    None) "bf16 · D=128 · decode"."""
-    dtype, headdim, causal, softcap = group
+def group_label(group: Group) -> str:
+    """A group's title: "bf16 · D=128 · causal", then its score variants ("· softcap 30 · sink · alibi"); for the
+    decode shapes' group (mask None) "bf16 · D=128 · decode"."""
+    dtype, headdim, causal, scores = group
     mask = "decode" if causal is None else "causal" if causal else "non-causal"
-    return f"{dtype} · D={headdim} · {mask}" + (f" · softcap {softcap:g}" if softcap else "")
+    return " · ".join([dtype, f"D={headdim}", mask, *variant_names(scores)])
+
+
+def variant_names(scores: Scores) -> list[str]:
+    """The score variants that are on, as labels and file names show them: "softcap 30", "sink", "alibi"."""
+    softcap, sink, alibi = scores
+    names = [f"softcap {softcap:g}"] if softcap else []
+    return names + (["sink"] if sink else []) + (["alibi"] if alibi else [])

@@ -4,7 +4,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from flashcute.bench.grid import Shape
+from flashcute.bench.grid import Group, Shape
 
 STATUSES = ("ok", "wrong", "unsupported", "failed")
 """ok: timed and correct (or unchecked); wrong: timed but failed the check, left out of ratios;
@@ -59,8 +59,8 @@ class Row:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Row":
-        # rows saved before packed batches (decode shapes) were timed have no lengths (seqlen_q, nheads_k,
-        # page_size), whose defaults stand for them; JSON gives lengths back as a list
+        # rows saved before packed batches (decode shapes, sinks and ALiBi) were timed have no lengths (seqlen_q,
+        # nheads_k, page_size; sink, alibi), whose defaults stand for them; JSON gives lengths back as a list
         fields = {name: data[name] for name in Shape.__dataclass_fields__ if name in data}
         shape = Shape(**{**fields, "lengths": tuple(data.get("lengths", ()))})
         names = set(cls.__dataclass_fields__) - {"shape", "pass_"}
@@ -103,10 +103,10 @@ class Results:
         return cls(data["meta"], rows, host, data.get("first_call_s", {}), data.get("decode_graph", {}))
 
 
-def by_group(rows: list[Row]) -> dict[tuple[str, int, bool | None], list[Row]]:
-    """Rows by Shape.group, (dtype, headdim, causal) or (dtype, headdim, None) for decode, in the order of the
-    sweep."""
-    groups: dict[tuple[str, int, bool | None], list[Row]] = {}
+def by_group(rows: list[Row]) -> dict[Group, list[Row]]:
+    """Rows by Shape.group, (dtype, headdim, causal, score variants) with causal None for decode, in the order of
+    the sweep."""
+    groups: dict[Group, list[Row]] = {}
     for row in rows:
         groups.setdefault(row.shape.group, []).append(row)
     return groups

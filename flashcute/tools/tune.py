@@ -92,9 +92,9 @@ def override(config, fields: dict):
     return dataclasses.replace(config, **fields)
 
 
-def candidates(family, arch: str, group: tuple[str, int, bool, float], tries: list[dict]) -> dict:
-    """The configs timed for a (dtype, head dim, causal, softcap 0) group by name: "heuristic", the forward config
-    the family picks on target ``arch`` (the one flash_attn_func launches), and one per --try."""
+def candidates(family, arch: str, group: tuple, tries: list[dict]) -> dict:
+    """The configs timed for a (dtype, head dim, causal, no score variant) group by name: "heuristic", the forward
+    config the family picks on target ``arch`` (the one flash_attn_func launches), and one per --try."""
     dtype, head_dim, causal, _ = group
     # variants of one exact head dim and one mask: the heuristic's config for exactly these
     heuristic = family.variants(arch, (DTYPES[dtype],), (head_dim,), (WINDOWS[causal],), True)["fwd"][0]
