@@ -112,6 +112,20 @@ def check_against_spec(out, lse, q, k, v, atol=1e-4, **options) -> None:
         assert lse_err.numel() == 0 or lse_err.max().item() < 1e-4, f"LSE error {lse_err.max().item():.3g}"
 
 
+def check_forward(q, k, v, kernel, **options) -> None:
+    """One forward launch of ``kernel`` into NaN-poisoned outputs, with every option flash_attn_func takes (softcap,
+    learnable_sink, alibi_slopes and the mask ones), against the float64 spec (check_against_spec)."""
+    from flashcute.interface import kernel_window, launch_fwd
+    from flashcute.validation import validate_attention_args
+
+    args = validate_attention_args(q, k, v, **options)
+    out = torch.full_like(q, math.nan)
+    lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device=q.device)
+    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
+    launch_fwd(q, k, v, out, lse, *scalars, kernel, args.softcap, args.learnable_sink, args.alibi_slopes)
+    check_against_spec(out, lse, q, k, v, **options)
+
+
 @dataclass(frozen=True)
 class GpuCase:
     """One random GPU attention call (random_gpu_cases): sizes, dtype, options, and whether q is a strided slice."""

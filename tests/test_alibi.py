@@ -12,10 +12,8 @@ import pytest
 import torch
 
 import flashcute
-from flashcute.interface import kernel_window, launch_fwd
 from flashcute.reference import attention_kvcache_ref
-from flashcute.validation import validate_attention_args
-from tests.helpers import check_against_spec
+from tests.helpers import check_forward
 from tests.test_bwd import check_against_spec_grads, check_grads
 from tests.test_varlen import check_sequences, cu_seqlens, packed, starts
 
@@ -38,16 +36,6 @@ def inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype):
     q = torch.randn(batch, seqlen_q, nheads, head_dim, device="cuda", dtype=dtype)
     k, v = (torch.randn(batch, seqlen_k, nheads_k, head_dim, device="cuda", dtype=dtype) for _ in "kv")
     return q, k, v
-
-
-def check_forward(q, k, v, kernel, **options):
-    args = validate_attention_args(q, k, v, **options)
-    out = torch.full_like(q, math.nan)
-    lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device="cuda")
-    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
-    scores = (args.softcap, args.learnable_sink, args.alibi_slopes)
-    launch_fwd(q, k, v, out, lse, *scalars, kernel, *scores)
-    check_against_spec(out, lse, q, k, v, **options)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -11,10 +11,8 @@ import pytest
 import torch
 
 import flashcute
-from flashcute.interface import kernel_window, launch_fwd
 from flashcute.reference import attention_kvcache_ref, attention_ref, attention_same_precision
-from flashcute.validation import validate_attention_args
-from tests.helpers import check_against_spec
+from tests.helpers import check_against_spec, check_forward
 from tests.test_varlen import check_sequences, cu_seqlens, packed, starts
 
 pytestmark = pytest.mark.gpu
@@ -36,33 +34,26 @@ def inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, sinks="
     return q, k, v, SINKS[sinks](nheads).to("cuda")
 
 
-def check_forward(q, k, v, sink, kernel, **options):
-    args = validate_attention_args(q, k, v, **options, learnable_sink=sink)
-    out = torch.full_like(q, math.nan)
-    lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device="cuda")
-    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
-    launch_fwd(q, k, v, out, lse, *scalars, kernel, args.softcap, sink)
-    check_against_spec(out, lse, q, k, v, learnable_sink=sink, **options)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("sinks", list(SINKS))
 @pytest.mark.parametrize("mask", MASKS, ids=str)
 @pytest.mark.parametrize(("seqlen_q", "seqlen_k"), [(1, 1), (113, 203), (700, 700), (300, 70)], ids=str)
 def test_forward(dtype, sinks, mask, seqlen_q, seqlen_k, kernel):
     """(300, 70) under a bottom-right causal mask: the first 230 rows see no key, O = 0 and LSE = the sink."""
-    check_forward(*inputs(2, seqlen_q, seqlen_k, 4, 2, 128, dtype, sinks), kernel, **mask)
+    q, k, v, sink = inputs(2, seqlen_q, seqlen_k, 4, 2, 128, dtype, sinks)
+    check_forward(q, k, v, kernel, learnable_sink=sink, **mask)
 
 
 @pytest.mark.parametrize("head_dim", [32, 64, 96, 192, 256, 72])
 @pytest.mark.parametrize("causal", [False, True])
 def test_forward_head_dims(head_dim, causal, kernel):
-    check_forward(*inputs(1, 300, 300, 4, 2, head_dim, torch.bfloat16), kernel, causal=causal)
+    q, k, v, sink = inputs(1, 300, 300, 4, 2, head_dim, torch.bfloat16)
+    check_forward(q, k, v, kernel, learnable_sink=sink, causal=causal)
 
 
 def test_forward_with_softcap(kernel):
     q, k, v, sink = inputs(2, 200, 333, 4, 1, 64, torch.float16)
-    check_forward(q * 2, k, v, sink, kernel, softcap=3.0, causal=True)
+    check_forward(q * 2, k, v, kernel, learnable_sink=sink, softcap=3.0, causal=True)
 
 
 def grads(fn, q, k, v, sink, dout):

@@ -6,15 +6,11 @@ random cases of test_fwd.py and test_bwd.py draw softcaps too, and test_kvcache_
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 import flashcute
-from flashcute.interface import kernel_window, launch_fwd
-from flashcute.validation import validate_attention_args
-from tests.helpers import check_against_spec
+from tests.helpers import check_against_spec, check_forward
 from tests.test_bwd import check_against_spec_grads, check_grads
 from tests.test_varlen import check_sequences, cu_seqlens, packed, starts
 
@@ -30,15 +26,6 @@ def inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, scale=2
     q = torch.randn(batch, seqlen_q, nheads, head_dim, device="cuda", dtype=dtype) * scale
     k, v = (torch.randn(batch, seqlen_k, nheads_k, head_dim, device="cuda", dtype=dtype) for _ in "kv")
     return q, k, v
-
-
-def check_forward(q, k, v, kernel, **options):
-    args = validate_attention_args(q, k, v, **options)
-    out = torch.full_like(q, math.nan)
-    lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device="cuda")
-    scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
-    launch_fwd(q, k, v, out, lse, *scalars, kernel, args.softcap)
-    check_against_spec(out, lse, q, k, v, **options)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
