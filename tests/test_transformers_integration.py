@@ -248,10 +248,21 @@ def test_refusals():
     training = Attention().train()
     with pytest.raises(ValueError, match=r"dropout must be 0 in training, got dropout=0\.1"):
         attention_forward(training, q, k, v, None, dropout=0.1)
-    with pytest.raises(ValueError, match="s_aux must be None"):
-        attention_forward(Attention(), q, k, v, None, s_aux=torch.zeros(4))
     with pytest.raises(ValueError, match=r"2-D padding attention_mask .* got shape \(2, 1, 5, 5\)"):
         attention_forward(Attention(), q, k, v, torch.zeros(2, 1, 5, 5))
+
+
+def test_attention_sinks_become_learnable_sinks(calls):
+    """gpt-oss's s_aux, one logit per query head: the dense and the padded paths pass it as learnable_sink."""
+    q, k, v = qkv()
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    out, _ = attention_forward(Attention(), q, k, v, None, s_aux=sinks)
+    assert calls.dense[-1]["learnable_sink"] is sinks
+    rows = [x.transpose(1, 2) for x in (q, k, v)]
+    torch.testing.assert_close(out, attention_ref(*rows, causal=True, learnable_sink=sinks).float())
+    attention_mask = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    attention_forward(Attention(), q, k, v, attention_mask, s_aux=sinks)
+    assert calls.varlen[-1]["learnable_sink"] is sinks
 
 
 def test_dropout_is_ignored_outside_training(calls):

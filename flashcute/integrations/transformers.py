@@ -16,8 +16,9 @@ The attention function takes transformers' arguments the way its flash-attention
   sequence, and ``flash_attn_varlen_func`` attends within each;
 - otherwise ``flash_attn_func`` over the dense batch.
 
-Causality comes from ``module.is_causal`` unless the caller passes ``is_causal``. A sliding window of w tokens is
-window_size (w - 1, w - 1), which causal attention cuts to (w - 1, 0): the key itself and w - 1 before it, as
+Attention sinks (``s_aux``, one logit per query head, as gpt-oss passes them) become ``learnable_sink``, with its
+gradient. Causality comes from ``module.is_causal`` unless the caller passes ``is_causal``. A sliding window of w
+tokens is window_size (w - 1, w - 1), which causal attention cuts to (w - 1, 0): the key itself and w - 1 before it, as
 transformers' masks and its flash path have it. The backward is deterministic when the caller passes
 ``deterministic=True`` or, without it, under FLASH_ATTENTION_DETERMINISTIC=1 (as for flash_attn).
 
@@ -76,8 +77,6 @@ def attention_forward(
     seqlen_k, head_dim); returns (attn_output (batch, seqlen_q, nheads, head_dim), None), no attention weights."""
     if dropout and module.training:
         raise ValueError(f"flashcute has no attention dropout: dropout must be 0 in training, got dropout={dropout}")
-    if kwargs.get("s_aux") is not None:
-        raise ValueError("flashcute has no attention sinks: s_aux must be None")
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(
             f"flashcute takes a 2-D padding attention_mask (batch, seqlen_k) or None, got shape "
@@ -96,6 +95,8 @@ def attention_forward(
         "softcap": 0.0 if softcap is None else float(softcap),
         "deterministic": deterministic,
     }
+    if kwargs.get("s_aux") is not None:  # attention sinks: a logit per query head in every row's denominator
+        options["learnable_sink"] = kwargs["s_aux"]
     if attention_mask is not None:
         return _padded_attention(q, k, v, attention_mask, options), None
     if all(kwargs.get(name) is not None for name in PACKED_KWARGS):
