@@ -91,7 +91,7 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
 
     def fake_bwd(dout, q, k, v, out, lse, *scalars):
         calls.append(("bwd", scalars))
-        return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.full_like(scalars[-1], 3)
+        return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.full_like(scalars[-2], 3)
 
     monkeypatch.setattr(interface, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
     monkeypatch.setattr(interface, "_plans", {})  # plans made without the CUDA checks stay in this test
@@ -103,8 +103,9 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
     assert type(out.grad_fn).__name__ == "FlashAttentionBackward"
     out.float().sum().backward()
     fwd = (0.5, 96 - 128, -1, 0, "auto", 3.0)
-    assert [(name, scalars[:-1]) for name, scalars in calls] == [("fwd", fwd), ("bwd", (*fwd[:4], False, *fwd[4:]))]
-    assert all(scalars[-1] is sink for _, scalars in calls)  # the launches take the sinks behind the scalars
+    assert [(name, scalars[:-2]) for name, scalars in calls] == [("fwd", fwd), ("bwd", (*fwd[:4], False, *fwd[4:]))]
+    # the launches take the sinks and the ALiBi slopes (none here) behind the scalars
+    assert all(scalars[-2:] == (sink, None) for _, scalars in calls)
     assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))
     assert torch.equal(v.grad, torch.zeros_like(v)) and torch.equal(sink.grad, torch.full_like(sink, 3))
 
@@ -176,7 +177,7 @@ def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
     calls = stand_in_launches(monkeypatch)
     calls.clear()
 
-    def fake_bwd(dout, q, k, v, out, lse, *scalars, softcap):
+    def fake_bwd(dout, q, k, v, out, lse, *scalars, softcap, alibi):
         calls.append(("bwd", (*scalars, softcap)))
         return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.ones_like(lse)
 
