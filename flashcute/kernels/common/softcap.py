@@ -62,6 +62,14 @@ def softcap_grad_t(acc_Pt: cute.Tensor, acc_dSt: cute.Tensor, sLSE: cute.Tensor,
 
 
 @cute.jit
+def keep_t(acc_S: cute.Tensor) -> cute.Tensor:
+    """A copy of the capped S (t) in a fragment of its own, for softcap_grad_kept, taken before a bias moves S."""
+    acc_t = cute.make_fragment_like(acc_S)
+    acc_t.store(acc_S.load())
+    return acc_t
+
+
+@cute.jit
 def softcap_grad_kept(acc_t: cute.Tensor, acc_dS: cute.Tensor):
     """dS *= 1 - t^2 in place, t kept from apply_softcap (same fragment layout as dS); where P is 0, dS is 0
     already."""

@@ -43,7 +43,7 @@ from flashcute.kernels.common.gemm import gemm_ss
 from flashcute.kernels.common.layout import acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softcap import apply_softcap, softcap_grad, softcap_grad_kept, softcap_scales
+from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad, softcap_grad_kept, softcap_scales
 from flashcute.kernels.common.softmax import d_rows, lse_log2_rows, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import BwdConfig
@@ -498,9 +498,7 @@ class FlashAttentionBackwardSm80:
         if cutlass.const_expr(cfg.softcap):  # S = tanh(S * softmax_scale / softcap)
             apply_softcap(acc_S, st.softcap_multiplier)
         if cutlass.const_expr(cfg.alibi):  # S -= slope * |i + offset - j| (t kept for the cap's derivative)
-            acc_t = cute.make_fragment_like(acc_S) if cutlass.const_expr(cfg.softcap) else None
-            if cutlass.const_expr(cfg.softcap):
-                acc_t.store(acc_S.load())
+            acc_t = keep_t(acc_S) if cutlass.const_expr(cfg.softcap) else None
             slope = alibi_slope(st.alibi, st.seq.batch_idx, head_idx, st.scale_log2)
             mask.apply_alibi(acc_S, m_block, n_block, slope)
         # step 4: mask; step 5: P = exp2(S * scale_log2 - LSE log2 e)

@@ -28,7 +28,7 @@ from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols, converted
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softcap import apply_softcap, softcap_grad, softcap_grad_kept, softcap_scales
+from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad, softcap_grad_kept, softcap_scales
 from flashcute.kernels.common.softmax import load_row_stats, recompute_probs, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.sm80.config import DQConfig
@@ -317,9 +317,7 @@ class FlashAttentionBackwardDQSm80:
         if cutlass.const_expr(cfg.softcap):  # S = tanh(S * softmax_scale / softcap)
             apply_softcap(acc_S, st.softcap_multiplier)
         if cutlass.const_expr(cfg.alibi):  # S -= slope * |i + offset - j| (t kept for the cap's derivative)
-            acc_t = cute.make_fragment_like(acc_S) if cutlass.const_expr(cfg.softcap) else None
-            if cutlass.const_expr(cfg.softcap):
-                acc_t.store(acc_S.load())
+            acc_t = keep_t(acc_S) if cutlass.const_expr(cfg.softcap) else None
             mask.apply_alibi(acc_S, m_block, n_block, st.alibi_slope)
         mask.apply_mask(acc_S, m_block, n_block, cfg.mask_right or cfg.mask_left)
         recompute_probs(acc_S, st.lse_log2, st.scale_log2)

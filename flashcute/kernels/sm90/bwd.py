@@ -51,7 +51,7 @@ from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import TransposedMask
 from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
 from flashcute.kernels.common.seqlen import SeqLens
-from flashcute.kernels.common.softcap import apply_softcap, softcap_grad_kept, softcap_grad_t, softcap_scales
+from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad_kept, softcap_grad_t, softcap_scales
 from flashcute.kernels.common.softmax import recompute_probs_t, softmax_grad_t
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, store_probs, transpose_view
@@ -584,9 +584,7 @@ class FlashAttentionBackwardSm90:
         if cutlass.const_expr(self.config.softcap):  # S^T = tanh(S^T * softmax_scale / softcap)
             apply_softcap(acc_S, softcap_multiplier)
         if cutlass.const_expr(self.config.alibi):  # S^T -= slope * |q + offset - key| (t kept for the cap's derivative)
-            acc_t = cute.make_fragment_like(acc_S) if cutlass.const_expr(self.config.softcap) else None
-            if cutlass.const_expr(self.config.softcap):
-                acc_t.store(acc_S.load())
+            acc_t = keep_t(acc_S) if cutlass.const_expr(self.config.softcap) else None
             slope = alibi_slope(mma.alibi, work.seq.batch_idx, head_idx, scale_log2)
             mask.apply_alibi(acc_S, m_block, work.n_block, slope)
         # steps 4 and 5: mask, P^T = exp2(S^T * scale_log2 - LSE log2 e)
