@@ -59,10 +59,12 @@ def launch_fwd(
     only; tests use it to poison outputs); ``softcap`` > 0 caps the scores; ``learnable_sink`` (nheads,) joins
     every row's denominator; ``alibi_slopes`` (nheads,) or (batch, nheads) bias the scores."""
     name = None if kernel == "auto" else kernel
-    capped, sink, alibi = softcap > 0, kernel_sink(learnable_sink), kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
-    scores = {"softcap": capped, "sink": sink is not None, "alibi": alibi is not None}
-    launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, name, **scores)
-    validate_pointers(q=q, k=k, v=v)
+    sink = None if learnable_sink is None else kernel_sink(learnable_sink)
+    alibi = None if alibi_slopes is None else kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
+    flags = (False, softcap > 0, sink is not None, alibi is not None)  # packed, softcap, sink, alibi
+    launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, name, *flags)
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:  # one test a call; validate_pointers names the tensor
+        validate_pointers(q=q, k=k, v=v)
     launch(q, k, v, out, lse, softmax_scale, diag_offset, DENSE, softcap, sink, alibi)
 
 
@@ -88,13 +90,14 @@ def kernel_alibi(alibi_slopes: torch.Tensor | None, batch: int, nheads: int) -> 
 
 
 def sink_grad(learnable_sink: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """The gradient of the learnable sinks (nheads,) from the forward's lse and the backward's D = rowsum(dO * O),
-    both (batch, nheads, rows) float32: the sink's probability in row i is p_i = exp(sink - LSE_i) and O_i
+    """The gradient of the learnable sinks (nheads,) from the forward's lse (batch, nheads, rows) and the backward's
+    D = rowsum(dO * O), float32, the same or more rows (a family's padding): the sink's probability in row i is
+    p_i = exp(sink - LSE_i) and O_i
     depends on the sink only through the normalization, so dsink = -sum_i p_i D_i over the head's rows. A row with
     LSE = -inf (no key and a sink of -inf, or outside every sequence) counts 0: its p, inf or NaN, becomes 0 (LSE
     includes the sink, so p <= 1 wherever LSE is finite)."""
     p = torch.exp(learnable_sink.float()[:, None] - lse).nan_to_num_(nan=0.0, posinf=0.0)
-    return -(p * delta).sum(dim=(0, 2)).to(learnable_sink.dtype)
+    return -(p * delta[..., : lse.shape[-1]]).sum(dim=(0, 2)).to(learnable_sink.dtype)
 
 
 def _aligned_grad(dout: torch.Tensor) -> torch.Tensor:
@@ -105,7 +108,7 @@ def _aligned_grad(dout: torch.Tensor) -> torch.Tensor:
     return dout
 
 
-def launch_bwd(
+def backward_grads(
     dout: torch.Tensor,
     q: torch.Tensor,
     k: torch.Tensor,
@@ -121,9 +124,9 @@ def launch_bwd(
     softcap: float = 0.0,
     learnable_sink: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The backward pass; returns (dq, dk, dv, dsink), the first three shaped like q, k, v, dsink like
-    ``learnable_sink`` (empty without). ``kernel``, ``softcap``, ``learnable_sink`` and ``alibi_slopes`` as in
+    ``learnable_sink`` (None without). ``kernel``, ``softcap``, ``learnable_sink`` and ``alibi_slopes`` as in
     launch_fwd; a family whose backward does not cover the head dim or the deterministic mode hands it to the next
     one the device runs. The sinks change only the LSE that the backward reads, so its kernels are the same with or
     without; the ALiBi slopes get no gradient (flash_attn's convention).
@@ -132,18 +135,23 @@ def launch_bwd(
     a kernel that adds in a fixed order, bitwise reproducible."""
     dout = _aligned_grad(dout)
     family = registry.backward_family(q.device, None if kernel == "auto" else kernel, q.shape[-1], deterministic)
-    validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr() | dout.data_ptr()) % 16:
+        validate_pointers(q=q, k=k, v=v, out=out, dout=dout)  # names the tensor
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    alibi = kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
+    alibi = None if alibi_slopes is None else kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
     dq, dk, dv, delta = family.backward(dout, q, k, v, out, lse, *scalars, deterministic, softcap=softcap, alibi=alibi)
-    return dq, dk, dv, _sink_grad_or_empty(learnable_sink, lse, delta)
+    return dq, dk, dv, None if learnable_sink is None else sink_grad(learnable_sink, lse, delta)
 
 
-def _sink_grad_or_empty(learnable_sink: torch.Tensor | None, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """sink_grad, or an empty tensor where there is no sink (a custom op returns a tensor either way)."""
-    if learnable_sink is None:
-        return lse.new_empty(0)
-    return sink_grad(learnable_sink, lse, delta)
+def launch_bwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """backward_grads as the op ``bwd`` returns it, dsink an empty float32 tensor where there is no sink (an op
+    returns a tensor either way)."""
+    dq, dk, dv, dsink = backward_grads(*args, **kwargs)
+    return dq, dk, dv, _or_empty(dsink, dq)
+
+
+def _or_empty(dsink: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    return like.new_empty(0, dtype=torch.float32) if dsink is None else dsink
 
 
 def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,8 +159,8 @@ def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options)
     after lse: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, learnable_sink,
     alibi_slopes."""
     batch, seqlen_q, nheads, _ = q.shape
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (half torch.empty's host time)
+    lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
     launch_fwd(q, k, v, out, lse, *options)
     return out, lse
 
@@ -221,14 +229,14 @@ class FlashAttention(torch.autograd.Function):
         forward = _OPS.fwd.default if torch.compiler.is_compiling() else forward_outputs
         out, lse = forward(q, k, v, *scalars, learnable_sink, alibi_slopes)
         ctx.save_for_backward(q, k, v, out, lse, learnable_sink, alibi_slopes)
-        ctx.scalars = (*scalars[:4], deterministic, *scalars[4:])  # launch_bwd's order
+        ctx.scalars = (*scalars[:4], deterministic, *scalars[4:])  # backward_grads' order
         ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, learnable_sink, alibi_slopes = ctx.saved_tensors
-        backward = _OPS.bwd.default if torch.compiler.is_compiling() else launch_bwd
+        backward = _OPS.bwd.default if torch.compiler.is_compiling() else backward_grads
         dq, dk, dv, dsink = backward(dout, q, k, v, out, lse, *ctx.scalars, learnable_sink, alibi_slopes)
         return dq, dk, dv, None if learnable_sink is None else dsink, None, None
 
@@ -236,6 +244,30 @@ class FlashAttention(torch.autograd.Function):
 # EAGER_NOTE: a custom op's dispatch costs more host time a call than an autograd.Function's and the rest of a call
 # together (docs/benchmarking.md, Host overhead), so eager calls launch from Python and only traced calls go through
 # the ops.
+
+
+def _c_apply(function: type[torch.autograd.Function]):
+    """``function.apply`` without its Python layer: the C++ apply beneath it, bound to ``function``; or
+    ``function.apply`` itself where this torch has no such layer or ``function`` a separate setup_context."""
+    raw = getattr(torch._C, "_FunctionBase", object).__dict__.get("apply")
+    if raw is None or function.setup_context is not torch.autograd.Function.setup_context:
+        return function.apply
+    return raw.__get__(None, function)
+
+
+_C_APPLY: dict[type, object] = {}
+
+
+def apply_function(function: type[torch.autograd.Function], compiling: bool, *args):
+    """``function.apply(*args)``; an eager call without an active functorch transform skips apply's Python layer,
+    which only unwraps functorch's dead wrappers (a generator step per argument) and binds defaults for a separate
+    setup_context (docs/benchmarking.md, Host overhead). Dynamo traces ``function.apply`` itself."""
+    if compiling or torch._C._are_functorch_transforms_active():
+        return function.apply(*args)
+    apply = _C_APPLY.get(function)
+    if apply is None:
+        apply = _C_APPLY[function] = _c_apply(function)
+    return apply(*args)
 
 
 def flash_attn_func(
@@ -295,7 +327,7 @@ def flash_attn_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        out, lse = FlashAttention.apply(q, k, v, sink, alibi, (*plan.scalars, deterministic))
+        out, lse = apply_function(FlashAttention, compiling, q, k, v, sink, alibi, (*plan.scalars, deterministic))
     elif plan.key_range is not None and not compiling:
         out, lse = _split_kv(q, k, v, plan, sink)
     elif compiling:
@@ -534,7 +566,7 @@ def launch_varlen_bwd(
     alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of a packed batch: (dq, dk, dv) shaped like q, k, v, rows outside every sequence 0, and dsink
-    as in launch_bwd."""
+    as launch_bwd returns it."""
     if q.shape[0] == 0 or k.shape[0] == 0 or cu_seqlens_q.shape[0] == 1 or 0 in (max_seqlen_q, max_seqlen_k):
         # no key anywhere: O = 0 in every row, so D = 0 and the sinks get no gradient either
         dsink = lse.new_empty(0) if learnable_sink is None else torch.zeros_like(learnable_sink)
@@ -549,7 +581,8 @@ def launch_varlen_bwd(
     scalars = (softmax_scale, 0, window_left, window_right, deterministic)
     grads = family.backward(*tensors, *scalars, packed, softcap, alibi)
     dq, dk, dv, delta = (g[0] for g in grads)
-    return dq, dk, dv, _sink_grad_or_empty(learnable_sink, lse[None], delta[None])
+    dsink = None if learnable_sink is None else sink_grad(learnable_sink, lse[None], delta[None])
+    return dq, dk, dv, _or_empty(dsink, dq)
 
 
 def _varlen_fwd_fake(q, k, v, *options, **scores):
@@ -675,7 +708,8 @@ def flash_attn_varlen_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        out, lse = FlashAttentionVarlen.apply(q, k, v, sink, alibi, sequences, options)
+        compiling = torch.compiler.is_compiling()
+        out, lse = apply_function(FlashAttentionVarlen, compiling, q, k, v, sink, alibi, sequences, options)
     elif torch.compiler.is_compiling():
         out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars, sink, alibi)
     else:

@@ -96,7 +96,7 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
     monkeypatch.setattr(interface, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
     monkeypatch.setattr(interface, "_plans", {})  # plans made without the CUDA checks stay in this test
     monkeypatch.setattr(interface, "launch_fwd", fake_fwd)
-    monkeypatch.setattr(interface, "launch_bwd", fake_bwd)
+    monkeypatch.setattr(interface, "backward_grads", fake_bwd)
     q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
     sink = torch.randn(4, requires_grad=True)
     out = flash_attn_func(q, k, v, causal=True, softmax_scale=0.5, softcap=3.0, learnable_sink=sink)

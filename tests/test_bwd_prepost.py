@@ -1,10 +1,13 @@
-"""The backward's preprocess (D = rowsum(dO * O), dQaccum zeroed) and postprocess (dQ = dQaccum * scale) on the GPU.
+"""The backward's preprocess (D = rowsum(dO * O), dQaccum zeroed, LSE * log2(e)) and postprocess (dQ = dQaccum *
+scale) on the GPU.
 
 Inputs are slices of packed tensors and outputs are NaN-poisoned views into larger buffers, so a kernel that reads
 the wrong strides, leaves an element unwritten or writes a row past seqlen_q or a column past head_dim fails.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -69,6 +72,32 @@ def test_preprocess(dtype, head_dim, seqlen, zero_dq_accum):
     else:
         assert dq_accum.isnan().all(), "dQaccum written although not given"
     assert outside(accum_buffer, accum_shape).isnan().all(), "dQaccum written past its rows or head dim"
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 72])
+@pytest.mark.parametrize("seqlen,rows", [(1, 64), (113, 128), (128, 128), (300, 384), (37, 37)])
+def test_preprocess_pads_d_and_writes_lse_log2(head_dim, seqlen, rows):
+    """With the LSE given, D and LSE * log2(e) come out with ``rows`` rows, as the Hopper backward reads whole Q
+    tiles of them: past seqlen_q D = 0 and LSE * log2(e) = +inf; within, LSE * log2(e) bitwise as torch computes
+    it, +inf for a row that saw no key (LSE = -inf), +inf and NaN kept."""
+    batch, nheads = 2, 3
+    out, dout = packed_pair(batch, seqlen, nheads, head_dim, torch.bfloat16)
+    lse = torch.randn(batch, nheads, seqlen, device="cuda") * 20
+    lse[0, 0, :4] = torch.tensor([-math.inf, math.inf, math.nan, 0.0])[:seqlen]
+    delta_buffer, delta = poisoned_view((batch, nheads, rows), (1, 1, 0))
+    lse2_buffer, lse_log2 = poisoned_view((batch, nheads, rows), (1, 1, 0))
+    dq_accum = torch.full(out.shape, torch.nan, device="cuda")
+    launch_bwd_preprocess(dout, out, delta, dq_accum, lse, lse_log2)
+    torch.cuda.synchronize()
+    check_delta(delta[..., :seqlen], dout, out)
+    assert (delta[..., seqlen:] == 0).all(), "D not zero past seqlen_q"
+    expected = torch.full((batch, nheads, rows), math.inf, device="cuda")
+    expected[..., :seqlen] = torch.where(lse == -math.inf, math.inf, lse * math.log2(math.e))
+    assert torch.equal(lse_log2.isnan(), expected.isnan())
+    assert torch.equal(lse_log2.nan_to_num(nan=7.0), expected.nan_to_num(nan=7.0))
+    assert (dq_accum == 0).all()
+    for buffer in (delta_buffer, lse2_buffer):
+        assert outside(buffer, delta.shape).isnan().all(), "written past the rows given"
 
 
 def test_preprocess_grid_over_65535_heads():

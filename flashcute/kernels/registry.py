@@ -6,7 +6,7 @@ dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_di
 packed, softcap=False, sink=False, alibi=False)`` (a ``launch(q, k, v, out, lse, softmax_scale, diag_offset[,
 packed_args, softcap, sink, alibi])``), ``supports_backward(head_dim, deterministic, packed)`` and ``backward(...,
 deterministic, packed_args, softcap, alibi)``
-(returning dq, dk, dv and D = rowsum(dO * O), (batch, nheads, seqlen_q) float32).
+(returning dq, dk, dv and D = rowsum(dO * O), (batch, nheads, rows >= seqlen_q) float32, 0 past seqlen_q).
 Adding a family is one folder and one line in FAMILIES.
 """
 

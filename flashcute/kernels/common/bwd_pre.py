@@ -6,9 +6,14 @@ each value is read once), multiplies and adds its share of a row in fp32, and th
 finish the sum with butterfly shuffles; the thread holding column 0 writes D. When the dK/dV kernel adds dQ with
 atomics, the same thread blocks also zero those rows of the fp32 accumulator, so no separate memset pass runs.
 
-Rows past seqlen_q are neither read nor written. Head-dim columns past the real head dim are predicated per
-vector and read as zero, so they add nothing to D.
+Rows past seqlen_q are not read; D may hold more rows than seqlen_q (a backward that reads whole Q tiles of it),
+and those get D = 0. With ``lse_log2`` the same threads also write LSE * log2(e) per row into a second such
+tensor, +inf where LSE = -inf (a row that saw no key: its recomputed P is then 0) and in the rows past seqlen_q:
+the statistics a tiled backward reads, made in this launch rather than by separate fix-ups. Head-dim columns past
+the real head dim are predicated per vector and read as zero, so they add nothing to D.
 """
+
+import math
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -22,7 +27,8 @@ from flashcute.kernels.common.prepost_config import BwdPreConfig
 
 
 class FlashAttentionBackwardPreprocess:
-    """D = rowsum(dO * O) in fp32 (and dQaccum zeroed, with ``clear_dq_accum``). Construct from a BwdPreConfig."""
+    """D = rowsum(dO * O) in fp32 (and dQaccum zeroed, with ``clear_dq_accum``; LSE * log2(e), with
+    ``lse_log2``). Construct from a BwdPreConfig."""
 
     def __init__(self, config: BwdPreConfig):
         self.config = config
@@ -41,16 +47,20 @@ class FlashAttentionBackwardPreprocess:
         self,
         mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
-        mD: cute.Tensor,  # (batch, nheads, seqlen_q) float32, the output
+        mD: cute.Tensor,  # (batch, nheads, rows >= seqlen_q) float32, the output
         mdQaccum: cute.Tensor | None,  # (batch, seqlen_q, nheads, head_dim) float32, zeroed; None: left alone
+        mLSE: cute.Tensor | None,  # (batch, nheads, seqlen_q) float32, with config.lse_log2
+        mLSElog2: cute.Tensor | None,  # (batch, nheads, rows) float32, the output, with config.lse_log2
         stream: cuda.CUstream,
     ):
-        num_m_blocks = cute.ceil_div(mO.shape[1], self.block_m)
+        num_m_blocks = cute.ceil_div(mD.shape[2], self.block_m)
         self.kernel(
             mO,
             mdO,
             mD,
             mdQaccum,
+            mLSE,
+            mLSElog2,
             num_m_blocks,
             gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False),
             gcopy.make_gmem_tiled_copy(Float32, self.head_dim_padded, self.num_threads, False),
@@ -63,6 +73,8 @@ class FlashAttentionBackwardPreprocess:
         mdO: cute.Tensor,
         mD: cute.Tensor,
         mdQaccum: cute.Tensor | None,
+        mLSE: cute.Tensor | None,
+        mLSElog2: cute.Tensor | None,
         num_m_blocks: Int32,
         gmem_tiled_copy: cute.TiledCopy,
         gmem_tiled_copy_accum: cute.TiledCopy,
@@ -115,13 +127,30 @@ class FlashAttentionBackwardPreprocess:
             )
 
         # ---- D = rowsum(dO * O): this thread's values of a row in fp32, then across the threads that share the
-        # row (consecutive lanes); the one holding column 0 writes it
+        # row (consecutive lanes); the one holding column 0 writes it, 0 in the rows past seqlen_q
         threads_per_row = self.head_dim_padded // (cute.size(tOrO, mode=[0]) * cute.size(tOrO, mode=[2]))
         gD = cute.local_tile(mD[batch_idx, head_idx, None], (self.block_m,), (m_block,))
         row_limit = rows_left - tOcO[0][0]
+        padded_limit = mD.shape[2] - m_block * self.block_m - tOcO[0][0]
         for m in cutlass.range_constexpr(cute.size(tOrO, mode=[1])):
             products = tOrO[None, m, None].load().to(Float32) * tOrdO[None, m, None].load().to(Float32)
             d = products.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
             d = cute.arch.warp_reduction_sum(d, threads_in_group=threads_per_row)
-            if tOcO[0][1] == 0 and t0OcO[0, m, 0][0] < row_limit:
-                gD[tOcO[0, m, 0][0]] = d
+            row = t0OcO[0, m, 0][0]
+            if tOcO[0][1] == 0 and row < padded_limit:
+                inside = row < row_limit
+                gD[tOcO[0, m, 0][0]] = d if inside else Float32(0.0)
+                if cutlass.const_expr(self.config.lse_log2):
+                    row_in_head = m_block * self.block_m + tOcO[0, m, 0][0]
+                    self.store_lse_log2(mLSE, mLSElog2, batch_idx, head_idx, row_in_head, inside)
+
+    @cute.jit
+    def store_lse_log2(
+        self, mLSE: cute.Tensor, mLSElog2: cute.Tensor, batch_idx: Int32, head_idx: Int32, row: Int32, inside
+    ):
+        """LSE * log2(e) of one row, +inf for a row that saw no key (LSE = -inf) or lies past seqlen_q; NaN and
+        +inf as they are."""
+        value = Float32.inf
+        if inside:
+            value = mLSE[batch_idx, head_idx, row] * Float32(math.log2(math.e))
+        mLSElog2[batch_idx, head_idx, row] = Float32.inf if value == -Float32.inf else value

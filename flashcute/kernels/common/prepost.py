@@ -22,10 +22,11 @@ CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig)
 
 
 def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dump_dir: Path | None = None):
-    """The preprocess: (out, dout, d, dq_accum or None), d (batch, nheads, seqlen_q) float32 and dq_accum float32,
-    zeroed by the kernel, None when ``config.clear_dq_accum`` is off. The postprocess: (dq_accum, dq,
-    softmax_scale). The combine: (partial_out, partial_lse, out, lse, sink), combine.SplitKvCombine's tensors, sink
-    only with ``config.sink``."""
+    """The preprocess: (out, dout, d, dq_accum or None, lse or None, lse_log2 or None), d (batch, nheads, rows >=
+    seqlen_q) float32, dq_accum float32, zeroed by the kernel, None when ``config.clear_dq_accum`` is off; lse
+    (batch, nheads, seqlen_q) and lse_log2 (batch, nheads, rows) with ``config.lse_log2``. The postprocess:
+    (dq_accum, dq, softmax_scale). The combine: (partial_out, partial_lse, out, lse, sink),
+    combine.SplitKvCombine's tensors, sink only with ``config.sink``."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
     import cutlass.cute as cute
@@ -37,7 +38,9 @@ def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dum
         from flashcute.kernels.common.bwd_pre import FlashAttentionBackwardPreprocess
 
         dq_accum = p.q_like(cutlass.Float32) if config.clear_dq_accum else None
-        tensors = (p.q_like(), p.q_like(), p.row_stats(), dq_accum)
+        padded_rows = fake_stats((p.batch, p.nheads, cute.sym_int()))  # D's rows: seqlen_q, or whole Q tiles
+        lse = (p.row_stats(), padded_rows) if config.lse_log2 else (None, None)
+        tensors = (p.q_like(), p.q_like(), padded_rows, dq_accum, *lse)
         return compile_kernel(FlashAttentionBackwardPreprocess(config), config, arch, dump_dir, *tensors, scalars=())
     if isinstance(config, CombineConfig):
         from flashcute.kernels.common.combine import SplitKvCombine
@@ -66,16 +69,26 @@ def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostCo
         for bucket in buckets:
             for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
                 configs += [bwd_pre_config(head_dim, dtype), bwd_pre_config(head_dim, dtype, clear_dq_accum=False)]
+                configs.append(bwd_pre_config(head_dim, dtype, lse_log2=True))
                 configs += [bwd_post_config(head_dim, dtype), combine_config(head_dim, dtype)]
             configs.append(combine_config(bucket, dtype, sink=True))
     return configs
 
 
-def preprocess(dout: torch.Tensor, out: torch.Tensor, delta: torch.Tensor, dq_accum: torch.Tensor | None) -> None:
-    """``delta`` (batch, nheads, seqlen_q) float32, unit last stride, gets D = rowsum(dO * O) summed in float32, and
-    ``dq_accum`` (float32, shaped like ``out``), when given, is zeroed in the same launch for the dQ atomics."""
-    config = bwd_pre_config(out.shape[-1], dtype_name(out), clear_dq_accum=dq_accum is not None)
-    run_on_device(out.device, compiled(config, out.device, compile), out, dout, delta, dq_accum)
+def preprocess(
+    dout: torch.Tensor,
+    out: torch.Tensor,
+    delta: torch.Tensor,
+    dq_accum: torch.Tensor | None,
+    lse: torch.Tensor | None = None,
+    lse_log2: torch.Tensor | None = None,
+) -> None:
+    """``delta`` (batch, nheads, rows >= seqlen_q) float32, unit last stride, gets D = rowsum(dO * O) summed in
+    float32 (0 in the rows past seqlen_q), and ``dq_accum`` (float32, shaped like ``out``), when given, is zeroed in
+    the same launch for the dQ atomics. With ``lse`` (batch, nheads, seqlen_q), ``lse_log2`` (shaped like
+    ``delta``) gets LSE * log2(e), +inf where LSE = -inf and in the rows past seqlen_q."""
+    config = bwd_pre_config(out.shape[-1], dtype_name(out), dq_accum is not None, lse is not None)
+    run_on_device(out.device, compiled(config, out.device, compile), out, dout, delta, dq_accum, lse, lse_log2)
 
 
 def postprocess(dq_accum: torch.Tensor, dq: torch.Tensor, softmax_scale: float) -> None:

@@ -16,7 +16,8 @@ VECTOR = 8
 class BwdPreConfig:
     """The backward's preprocess (kernels/common/bwd_pre.py): D = rowsum(dO * O) for block_m rows of one (batch,
     head) per thread block of num_warps warps, and, with clear_dq_accum, the same rows of the fp32 dQ accumulator
-    zeroed for the dK/dV kernel's atomics."""
+    zeroed for the dK/dV kernel's atomics; with lse_log2, LSE * log2(e) as a tiled backward reads it (the Hopper
+    family's: rows padded to whole Q tiles, +inf where there is no key)."""
 
     dtype: str
     head_dim_padded: int
@@ -24,12 +25,14 @@ class BwdPreConfig:
     block_m: int
     num_warps: int
     clear_dq_accum: bool
+    lse_log2: bool = False
 
     @property
     def label(self) -> str:
-        """ "bwdpre-bfloat16-d128-64w4-zerodq"."""
+        """ "bwdpre-bfloat16-d128-64w4-zerodq" ("-lse2" with lse_log2)."""
         zero = "-zerodq" if self.clear_dq_accum else ""
-        return f"bwdpre-{self.dtype}-{head_dim_label(self)}-{self.block_m}w{self.num_warps}{zero}"
+        lse = "-lse2" if self.lse_log2 else ""
+        return f"bwdpre-{self.dtype}-{head_dim_label(self)}-{self.block_m}w{self.num_warps}{zero}{lse}"
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,9 @@ def _rows(bucket: int) -> int:
 
 
 @functools.cache
-def bwd_pre_config(head_dim: int, dtype: str, clear_dq_accum: bool = True) -> BwdPreConfig:
+def bwd_pre_config(head_dim: int, dtype: str, clear_dq_accum: bool = True, lse_log2: bool = False) -> BwdPreConfig:
     """The heuristic for the backward's preprocess (clear_dq_accum off for the deterministic backward, whose dQ
-    kernel needs no accumulator)."""
+    kernel needs no accumulator; lse_log2 for a backward that reads the LSE that way)."""
     bucket = head_dim_bucket(head_dim)
     return BwdPreConfig(
         dtype=dtype,
@@ -68,6 +71,7 @@ def bwd_pre_config(head_dim: int, dtype: str, clear_dq_accum: bool = True) -> Bw
         block_m=_rows(bucket),
         num_warps=4,
         clear_dq_accum=clear_dq_accum,
+        lse_log2=lse_log2,
     )
 
 

@@ -170,12 +170,13 @@ def backward(
     float32 slopes it biased them with."""
     batch, seqlen_q, nheads, head_dim = q.shape
     dtype = dtype_name(q)
-    delta = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
-    dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    delta = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+    contiguous = torch.contiguous_format
+    dq_accum = None if deterministic else torch.empty_like(q, dtype=torch.float32, memory_format=contiguous)
     prepost.preprocess(dout, out, delta, dq_accum)
-    new = torch.empty if packed_args is None else torch.zeros
-    dq = (new if deterministic else torch.empty)(q.shape, dtype=q.dtype, device=q.device)  # (else: postprocess)
-    dk, dv = (new(t.shape, dtype=t.dtype, device=t.device) for t in (k, v))
+    new_like = torch.empty_like if packed_args is None else torch.zeros_like
+    dq = (new_like if deterministic else torch.empty_like)(q, memory_format=contiguous)  # (else: postprocess)
+    dk, dv = new_like(k, memory_format=contiguous), new_like(v, memory_format=contiguous)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     packed, capped = packed_args is not None, softcap > 0
     after = (*(packed_args if packed else DENSE), softcap if capped else None, alibi)

@@ -165,20 +165,6 @@ def tile_counter(device: torch.device) -> torch.Tensor:
     return counter
 
 
-def padded_lse_log2(lse: torch.Tensor, rows: int) -> torch.Tensor:
-    """LSE * log2(e), (batch, nheads, rows) float32, as the Hopper backward reads it: +inf past seqlen_q and where a
-    row saw no key (LSE = -inf), so that its recomputed P is 0; NaN and +inf as they are. Two or three launches (a
-    multiply, -inf turned into +inf, the padding), where the same with ``torch.where`` took five."""
-    batch, nheads, seqlen_q = lse.shape
-    padded = torch.empty((batch, nheads, rows), dtype=torch.float32, device=lse.device)
-    rows_of_lse = padded[..., :seqlen_q]
-    torch.mul(lse, math.log2(math.e), out=rows_of_lse)
-    rows_of_lse.nan_to_num_(nan=math.nan, posinf=math.inf, neginf=math.inf)
-    if rows > seqlen_q:
-        padded[..., seqlen_q:] = math.inf
-    return padded
-
-
 def supports_backward(head_dim: int, deterministic: bool, packed: bool) -> bool:
     return not deterministic and sm90_bwd_supports(head_dim)
 
@@ -199,41 +185,36 @@ def backward(
     softcap: float = 0.0,
     alibi: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O) (and dQaccum zeroed); the Hopper kernel, which adds dQ by TMA
-    reduce-adds of whole tiles and applies softmax_scale; the postprocess casts dQ. ``packed_args``: a packed
-    variable-length batch's (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in
-    the rows of PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written).
-    ``softcap`` > 0: the forward capped the scores by it; ``alibi``: (batch, nheads) float32 slopes it biased them
-    with."""
+    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O), dQaccum zeroed and LSE * log2(e) (+inf where a row saw
+    no key), D and LSE padded to whole Q tiles, which the kernel bulk-copies a tile at a time (D (batch, nheads,
+    rows >= seqlen_q), 0 past seqlen_q); the Hopper kernel, which adds dQ by TMA reduce-adds of whole tiles and
+    applies softmax_scale; the postprocess casts dQ. ``packed_args``: a packed variable-length batch's
+    (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in the rows of
+    PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written). ``softcap`` >
+    0: the forward capped the scores by it; ``alibi``: (batch, nheads) float32 slopes it biased them with."""
     batch, seqlen_q, nheads, head_dim = q.shape
     packed, capped = packed_args is not None, softcap > 0
     scores = {"softcap": capped, "alibi": alibi is not None}
     config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right, packed=packed, **scores)
-    dq_accum = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    rows = seqlen_q if packed else -(-seqlen_q // config.block_m) * config.block_m
+    delta = q.new_empty((batch, nheads, rows), dtype=torch.float32)
+    lse_log2 = torch.empty_like(delta)
+    dq_accum = torch.empty_like(q, dtype=torch.float32, memory_format=torch.contiguous_format)
+    prepost.preprocess(dout, out, delta, dq_accum, lse, lse_log2)
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    new_like = torch.zeros_like if packed else torch.empty_like
+    dk, dv = new_like(k, memory_format=torch.contiguous_format), new_like(v, memory_format=torch.contiguous_format)
+    kernel_delta = delta
     if packed:
         stats_rows = PaddedStatsRows(packed_args[0], seqlen_q, config.block_m)
-        delta = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
-    else:
-        rows = -(-seqlen_q // config.block_m) * config.block_m  # whole Q tiles, bulk-copied a tile at a time
-        delta = torch.empty((batch, nheads, rows), dtype=torch.float32, device=q.device)
-    rows_d = delta[..., :seqlen_q]
-    prepost.preprocess(dout, out, rows_d, dq_accum)
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk, dv = ((torch.zeros if packed else torch.empty)(t.shape, dtype=t.dtype, device=t.device) for t in (k, v))
+        lse_log2, kernel_delta = stats_rows.scatter(math.inf, lse_log2), stats_rows.scatter(0.0, delta)
     q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
-    if packed:
-        lse_log2 = stats_rows.scatter(math.inf, padded_lse_log2(lse, seqlen_q))
-        delta = stats_rows.scatter(0.0, delta)
-    else:
-        if rows > seqlen_q:
-            delta[..., seqlen_q:] = 0.0
-        lse_log2 = padded_lse_log2(lse, rows)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
-    tensors = (q, k, v, dout, lse_log2, delta, dq_accum, dk, dv)
+    tensors = (q, k, v, dout, lse_log2, kernel_delta, dq_accum, dk, dv)
     after = (*(packed_args or DENSE), softcap if capped else None, alibi)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     prepost.postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
-    return dq, dk, dv, rows_d
+    return dq, dk, dv, delta
 
 
 class PaddedStatsRows:
