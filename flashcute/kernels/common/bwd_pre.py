@@ -6,10 +6,10 @@ each value is read once), multiplies and adds its share of a row in fp32, and th
 finish the sum with butterfly shuffles; the thread holding column 0 writes D. When the dK/dV kernel adds dQ with
 atomics, the same thread blocks also zero those rows of the fp32 accumulator, so no separate memset pass runs.
 
-Rows past seqlen_q are not read; D may hold more rows than seqlen_q (a backward that reads whole Q tiles of it),
-and those get D = 0. With ``lse_log2`` the same threads also write LSE * log2(e) per row into a second such
-tensor, +inf where LSE = -inf (a row that saw no key: its recomputed P is then 0) and in the rows past seqlen_q:
-the statistics a tiled backward reads, made in this launch rather than by separate fix-ups. Head-dim columns past
+Rows past seqlen_q are not read. With ``lse_log2`` the same threads also write LSE * log2(e) per row into a second
+tensor shaped like D, +inf where LSE = -inf (a row that saw no key: its recomputed P is then 0), and both may hold
+more rows than seqlen_q (a backward that reads whole Q tiles of them): there D = 0 and LSE * log2(e) = +inf. These
+are the statistics a tiled backward reads, made in this launch rather than by separate fix-ups. Head-dim columns past
 the real head dim are predicated per vector and read as zero, so they add nothing to D.
 """
 
@@ -47,7 +47,7 @@ class FlashAttentionBackwardPreprocess:
         self,
         mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
-        mD: cute.Tensor,  # (batch, nheads, rows >= seqlen_q) float32, the output
+        mD: cute.Tensor,  # (batch, nheads, rows) float32, the output (rows > seqlen_q with config.lse_log2)
         mdQaccum: cute.Tensor | None,  # (batch, seqlen_q, nheads, head_dim) float32, zeroed; None: left alone
         mLSE: cute.Tensor | None,  # (batch, nheads, seqlen_q) float32, with config.lse_log2
         mLSElog2: cute.Tensor | None,  # (batch, nheads, rows) float32, the output, with config.lse_log2
@@ -131,18 +131,20 @@ class FlashAttentionBackwardPreprocess:
         threads_per_row = self.head_dim_padded // (cute.size(tOrO, mode=[0]) * cute.size(tOrO, mode=[2]))
         gD = cute.local_tile(mD[batch_idx, head_idx, None], (self.block_m,), (m_block,))
         row_limit = rows_left - tOcO[0][0]
-        padded_limit = mD.shape[2] - m_block * self.block_m - tOcO[0][0]
         for m in cutlass.range_constexpr(cute.size(tOrO, mode=[1])):
             products = tOrO[None, m, None].load().to(Float32) * tOrdO[None, m, None].load().to(Float32)
             d = products.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
             d = cute.arch.warp_reduction_sum(d, threads_in_group=threads_per_row)
             row = t0OcO[0, m, 0][0]
-            if tOcO[0][1] == 0 and row < padded_limit:
-                inside = row < row_limit
-                gD[tOcO[0, m, 0][0]] = d if inside else Float32(0.0)
-                if cutlass.const_expr(self.config.lse_log2):
+            if cutlass.const_expr(self.config.lse_log2):  # D and LSE * log2(e) over the padded rows
+                padded_limit = mD.shape[2] - m_block * self.block_m - tOcO[0][0]
+                if tOcO[0][1] == 0 and row < padded_limit:
+                    inside = row < row_limit
+                    gD[tOcO[0, m, 0][0]] = d if inside else Float32(0.0)
                     row_in_head = m_block * self.block_m + tOcO[0, m, 0][0]
                     self.store_lse_log2(mLSE, mLSElog2, batch_idx, head_idx, row_in_head, inside)
+            elif tOcO[0][1] == 0 and row < row_limit:
+                gD[tOcO[0, m, 0][0]] = d
 
     @cute.jit
     def store_lse_log2(

@@ -22,11 +22,11 @@ CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig)
 
 
 def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dump_dir: Path | None = None):
-    """The preprocess: (out, dout, d, dq_accum or None, lse or None, lse_log2 or None), d (batch, nheads, rows >=
-    seqlen_q) float32, dq_accum float32, zeroed by the kernel, None when ``config.clear_dq_accum`` is off; lse
-    (batch, nheads, seqlen_q) and lse_log2 (batch, nheads, rows) with ``config.lse_log2``. The postprocess:
-    (dq_accum, dq, softmax_scale). The combine: (partial_out, partial_lse, out, lse, sink),
-    combine.SplitKvCombine's tensors, sink only with ``config.sink``."""
+    """The preprocess: (out, dout, d, dq_accum or None, lse or None, lse_log2 or None), d (batch, nheads, rows)
+    float32 (rows may pass seqlen_q with ``config.lse_log2``), dq_accum float32, zeroed by the kernel, None when
+    ``config.clear_dq_accum`` is off; lse (batch, nheads, seqlen_q) and lse_log2 (batch, nheads, rows) with
+    ``config.lse_log2``. The postprocess: (dq_accum, dq, softmax_scale). The combine: (partial_out, partial_lse,
+    out, lse, sink), combine.SplitKvCombine's tensors, sink only with ``config.sink``."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
     import cutlass.cute as cute
@@ -83,10 +83,10 @@ def preprocess(
     lse: torch.Tensor | None = None,
     lse_log2: torch.Tensor | None = None,
 ) -> None:
-    """``delta`` (batch, nheads, rows >= seqlen_q) float32, unit last stride, gets D = rowsum(dO * O) summed in
-    float32 (0 in the rows past seqlen_q), and ``dq_accum`` (float32, shaped like ``out``), when given, is zeroed in
-    the same launch for the dQ atomics. With ``lse`` (batch, nheads, seqlen_q), ``lse_log2`` (shaped like
-    ``delta``) gets LSE * log2(e), +inf where LSE = -inf and in the rows past seqlen_q."""
+    """``delta`` (batch, nheads, seqlen_q) float32, unit last stride, gets D = rowsum(dO * O) summed in float32, and
+    ``dq_accum`` (float32, shaped like ``out``), when given, is zeroed in the same launch for the dQ atomics. With
+    ``lse`` (batch, nheads, seqlen_q), ``lse_log2`` (shaped like ``delta``) gets LSE * log2(e), +inf where LSE =
+    -inf, and both may have more rows than seqlen_q: there D = 0 and LSE * log2(e) = +inf."""
     config = bwd_pre_config(out.shape[-1], dtype_name(out), dq_accum is not None, lse is not None)
     run_on_device(out.device, compiled(config, out.device, compile), out, dout, delta, dq_accum, lse, lse_log2)
 
