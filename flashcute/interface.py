@@ -246,30 +246,6 @@ class FlashAttention(torch.autograd.Function):
 # the ops.
 
 
-def _c_apply(function: type[torch.autograd.Function]):
-    """``function.apply`` without its Python layer: the C++ apply beneath it, bound to ``function``; or
-    ``function.apply`` itself where this torch has no such layer or ``function`` a separate setup_context."""
-    raw = getattr(torch._C, "_FunctionBase", object).__dict__.get("apply")
-    if raw is None or function.setup_context is not torch.autograd.Function.setup_context:
-        return function.apply
-    return raw.__get__(None, function)
-
-
-_C_APPLY: dict[type, object] = {}
-
-
-def apply_function(function: type[torch.autograd.Function], compiling: bool, *args):
-    """``function.apply(*args)``; an eager call without an active functorch transform skips apply's Python layer,
-    which only unwraps functorch's dead wrappers (a generator step per argument) and binds defaults for a separate
-    setup_context (docs/benchmarking.md, Host overhead). Dynamo traces ``function.apply`` itself."""
-    if compiling or torch._C._are_functorch_transforms_active():
-        return function.apply(*args)
-    apply = _C_APPLY.get(function)
-    if apply is None:
-        apply = _C_APPLY[function] = _c_apply(function)
-    return apply(*args)
-
-
 def flash_attn_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -327,7 +303,7 @@ def flash_attn_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        out, lse = apply_function(FlashAttention, compiling, q, k, v, sink, alibi, (*plan.scalars, deterministic))
+        out, lse = FlashAttention.apply(q, k, v, sink, alibi, (*plan.scalars, deterministic))
     elif plan.key_range is not None and not compiling:
         out, lse = _split_kv(q, k, v, plan, sink)
     elif compiling:
@@ -708,8 +684,7 @@ def flash_attn_varlen_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        compiling = torch.compiler.is_compiling()
-        out, lse = apply_function(FlashAttentionVarlen, compiling, q, k, v, sink, alibi, sequences, options)
+        out, lse = FlashAttentionVarlen.apply(q, k, v, sink, alibi, sequences, options)
     elif torch.compiler.is_compiling():
         out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars, sink, alibi)
     else:
