@@ -92,10 +92,9 @@ def kernel_alibi(alibi_slopes: torch.Tensor | None, batch: int, nheads: int) -> 
 def sink_grad(learnable_sink: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     """The gradient of the learnable sinks (nheads,) from the forward's lse (batch, nheads, rows) and the backward's
     D = rowsum(dO * O), float32, the same or more rows (a family's padding): the sink's probability in row i is
-    p_i = exp(sink - LSE_i) and O_i
-    depends on the sink only through the normalization, so dsink = -sum_i p_i D_i over the head's rows. A row with
-    LSE = -inf (no key and a sink of -inf, or outside every sequence) counts 0: its p, inf or NaN, becomes 0 (LSE
-    includes the sink, so p <= 1 wherever LSE is finite)."""
+    p_i = exp(sink - LSE_i) and O_i depends on the sink only through the normalization, so dsink = -sum_i p_i D_i
+    over the head's rows. A row with LSE = -inf (no key and a sink of -inf, or outside every sequence) counts 0: its
+    p, inf or NaN, becomes 0 (LSE includes the sink, so p <= 1 wherever LSE is finite)."""
     p = torch.exp(learnable_sink.float()[:, None] - lse).nan_to_num_(nan=0.0, posinf=0.0)
     return -(p * delta[..., : lse.shape[-1]]).sum(dim=(0, 2)).to(learnable_sink.dtype)
 
@@ -151,6 +150,7 @@ def launch_bwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 
 def _or_empty(dsink: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """``dsink``, or an empty float32 tensor on ``like``'s device where there is none."""
     return like.new_empty(0, dtype=torch.float32) if dsink is None else dsink
 
 
@@ -545,8 +545,8 @@ def launch_varlen_bwd(
     as launch_bwd returns it."""
     if q.shape[0] == 0 or k.shape[0] == 0 or cu_seqlens_q.shape[0] == 1 or 0 in (max_seqlen_q, max_seqlen_k):
         # no key anywhere: O = 0 in every row, so D = 0 and the sinks get no gradient either
-        dsink = lse.new_empty(0) if learnable_sink is None else torch.zeros_like(learnable_sink)
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), dsink
+        dsink = None if learnable_sink is None else torch.zeros_like(learnable_sink)
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), _or_empty(dsink, q)
     dout = _aligned_grad(dout)
     name = None if kernel == "auto" else kernel
     family = registry.backward_family(q.device, name, q.shape[-1], deterministic, packed=True)
