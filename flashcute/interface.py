@@ -428,17 +428,15 @@ def _split_key_range(args: AttentionArgs, q: torch.Tensor, k: torch.Tensor, v: t
 def _split_kv(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: CallPlan, learnable_sink: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """flash_attn_func's forward on the split-KV path, over the plan's key range; the split's index tensors are
-    the same at every call of the plan, so they are made once."""
+    """flash_attn_func's forward on the split-KV path, over the plan's key range: every sequence attends the same
+    keys, so the split's index tensors are constant_chunks', kept with the plan."""
     args = plan.args
     batch, seqlen_k = args.batch, args.seqlen_k
     split = plan.split
     if split is None:
         lo, hi = plan.key_range
         how = splitkv.plan(batch, args.seqlen_q, args.nheads, args.nheads_k, hi - lo, 0, q.device)
-        first_key = torch.arange(lo, batch * seqlen_k + lo, seqlen_k, dtype=torch.int32, device=q.device)
-        key_count = torch.full((batch,), hi - lo, dtype=torch.int32, device=q.device)
-        split = (how, how.key_chunks(first_key, key_count, batch * seqlen_k))
+        split = (how, how.constant_chunks(seqlen_k, lo, hi))
         if not torch.cuda.is_current_stream_capturing():  # else the graph's memory pool holds them
             plan.split = split
     how, chunks = split
