@@ -219,3 +219,70 @@ def testentry_name_is_stable():
     assert entry_name("sm_80", _Config(tile_n=32)) == name
     source_fingerprint.cache_clear()  # computed afresh from the same files: the same key
     assert entry_name("sm_80", _Config(tile_n=32)) == name
+
+
+def _every_kind_of_launch(kernel: str) -> list:
+    """Outputs of a call of each kind that family ``kernel`` serves (the forward, dense and packed; the backward,
+    atomic and deterministic, with its preprocess and postprocess; split-KV decoding with its combine, with and
+    without sinks), small bf16 problems at head dim 64; each with whether it is bitwise reproducible (dQ added
+    with atomics is not)."""
+    import torch
+
+    import flashcute
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+
+    def randn(*shape, grad=False):
+        t = torch.randn(*shape, generator=generator, device="cuda", dtype=torch.bfloat16)
+        return t.requires_grad_(grad)
+
+    results = []
+    q, k, v = randn(2, 200, 4, 64, grad=True), randn(2, 300, 2, 64, grad=True), randn(2, 300, 2, 64, grad=True)
+    for deterministic in (False, True):
+        out = flashcute.flash_attn_func(q, k, v, causal=True, deterministic=deterministic, kernel=kernel)
+        dq, dk, dv = torch.autograd.grad(out.float().square().sum(), (q, k, v))
+        results += [(out, True), (dq, deterministic), (dk, True), (dv, True)]
+    cu_seqlens_q = torch.tensor([0, 70, 200], dtype=torch.int32, device="cuda")
+    cu_seqlens_k = torch.tensor([0, 130, 300], dtype=torch.int32, device="cuda")
+    packed = (q.flatten(0, 1)[:200], k.flatten(0, 1)[:300], v.flatten(0, 1)[:300], cu_seqlens_q, cu_seqlens_k, 130, 170)
+    out = flashcute.flash_attn_varlen_func(*packed, causal=True, kernel=kernel)
+    dq, dk, dv = torch.autograd.grad(out.float().square().sum(), packed[:3])
+    results += [(out, True), (dq, False), (dk, True), (dv, True)]
+    with torch.no_grad():
+        k_cache, v_cache = randn(2, 4096, 2, 64), randn(2, 4096, 2, 64)
+        sink = torch.randn(4, generator=generator, device="cuda")
+        for learnable_sink in (None, sink):
+            out, lse = flashcute.flash_attn_with_kvcache(
+                q[:, :1], k_cache, v_cache, cache_seqlens=4000, learnable_sink=learnable_sink, return_lse=True,
+                kernel=kernel,
+            )  # fmt: skip
+            results += [(out, True), (lse, True)]
+    return results
+
+
+@pytest.mark.gpu
+def test_kernels_loaded_from_the_disk_cache_run_as_compiled(kernel, monkeypatch):
+    """Every kind of launch runs with the kernel a new process would load from the disk cache, which takes every
+    argument by position (the function compiled in process also takes fewer), as with the one compiled or loaded
+    first: bitwise, or within a rounding of bf16 for dQ added with atomics."""
+    import torch
+
+    from flashcute import interface
+    from flashcute.kernels import registry
+
+    directory = compile_cache.cache_dir()
+    if directory is None:
+        pytest.skip("FLASHCUTE_CACHE_DIR=off: no disk cache")
+    first = _every_kind_of_launch(kernel)  # compiled and saved, or loaded (then the same check already ran)
+    for module, name in ((compile_cache, "_memory"), (registry, "_forward_launchers"), (interface, "_plans")):
+        monkeypatch.setattr(module, name, {})
+    second = _every_kind_of_launch(kernel)
+    for arch, config in compile_cache._memory:
+        name = entry_name(arch, config)
+        assert any((directory / f"{name}{suffix}").exists() for suffix in compile_cache.ENTRY_SUFFIXES), name
+    assert len(first) == len(second)
+    for i, ((a, exact), (b, _)) in enumerate(zip(first, second, strict=True)):
+        if exact:
+            assert torch.equal(a, b), f"output {i} differs"
+        else:
+            torch.testing.assert_close(a, b, rtol=2**-7, atol=1e-3, msg=f"output {i} differs")

@@ -109,5 +109,6 @@ def combine(
     (batch * seqlen_q, group, nheads_k, head_dim) and lse (batch, nheads_k, group, seqlen_q) float32, views of
     flash_attn's layouts; ``sink``, learnable sinks as (nheads_k, group) contiguous float32, join every row's sum."""
     config = combine_config(out.shape[-1], dtype_name(out), sink=sink is not None)
-    sinks = () if sink is None else (sink,)
-    run_on_device(out.device, compiled(config, out.device, compile), partial_out, partial_lse, out, lse, *sinks)
+    # every argument by position, None where the variant left it out: a kernel loaded from the disk cache takes
+    # all of them (only the function compiled in this process fills in the ones left out)
+    run_on_device(out.device, compiled(config, out.device, compile), partial_out, partial_lse, out, lse, sink)
