@@ -61,7 +61,8 @@ def launch_fwd(
     name = None if kernel == "auto" else kernel
     sink = None if learnable_sink is None else kernel_sink(learnable_sink)
     alibi = None if alibi_slopes is None else kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
-    flags = (False, softcap > 0, sink is not None, alibi is not None)  # packed, softcap, sink, alibi
+    # packed, softcap, sink, alibi, v's head dim (the registry reads q's as "the same")
+    flags = (False, softcap > 0, sink is not None, alibi is not None, v.shape[-1])
     launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, name, *flags)
     if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:  # one test a call; validate_pointers names the tensor
         validate_pointers(q=q, k=k, v=v)
@@ -158,8 +159,11 @@ def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options)
     """(out, lse), newly allocated, from the forward kernel (validated inputs only); ``options`` are launch_fwd's
     after lse: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, learnable_sink,
     alibi_slopes."""
-    batch, seqlen_q, nheads, _ = q.shape
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (half torch.empty's host time)
+    batch, seqlen_q, nheads, headdim = q.shape
+    if v.shape[-1] == headdim:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (half torch.empty's host time)
+    else:
+        out = q.new_empty((batch, seqlen_q, nheads, v.shape[-1]))
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
     launch_fwd(q, k, v, out, lse, *options)
     return out, lse
@@ -185,7 +189,8 @@ def _define_op(schema: str, impl, fake) -> None:
 
 def _fwd_fake(q, k, v, *options, **scores):
     batch, seqlen_q, nheads, _ = q.shape
-    return q.new_empty(q.shape), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    return out, q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
 
 
 def _grads(q, k, v, learnable_sink):
@@ -265,6 +270,8 @@ def flash_attn_func(
     learnable_sink).
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0.
+    v's head dim may differ from q's and k's (DeepSeek-style (192, 128)): a multiple of 8 up to q's head-dim bucket
+    (32, 64, 96, 128, 192, 256), out then has v's; the forward only (inputs that require no grad).
     softmax_scale defaults to 1/sqrt(headdim). causal=True masks keys j > i + seqlen_k - seqlen_q (bottom-right,
     flash_attn's convention) or, with causal_align="top_left", keys j > i (the seed's rule). window_size=(left,
     right) keeps keys within [i + offset - left, i + offset + right]; -1 means unbounded. A query that sees no key
@@ -277,7 +284,7 @@ def flash_attn_func(
     (flash_attn's convention, MPT/BLOOM): the score of query i and key j gets -slope * |i + seqlen_k - seqlen_q - j|
     after the softcap (top-left alignment: -slope * |i - j|); the slopes are constants (no gradient), and not read
     on the host (a non-finite slope gives NaN outputs).
-    Returns out (batch, seqlen_q, nheads, headdim), and with return_lse also
+    Returns out (batch, seqlen_q, nheads, v's headdim), and with return_lse also
     lse (batch, nheads, seqlen_q), float32, natural log (not differentiable). The backward adds dQ with fp32
     atomics by default; ``deterministic=True`` computes dQ in a separate kernel that adds in a fixed order, so
     gradients are bitwise reproducible (slower). The forward is deterministic either way.
@@ -303,6 +310,11 @@ def flash_attn_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
+        if plan.args.headdim_v != plan.args.headdim:
+            raise ValueError(
+                f"v's head dim ({plan.args.headdim_v}) differs from q's ({plan.args.headdim}): the backward needs them "
+                "equal, so such a call takes inputs that require no grad (or torch.no_grad())"
+            )
         out, lse = FlashAttention.apply(q, k, v, sink, alibi, (*plan.scalars, deterministic))
     elif plan.key_range is not None and not compiling:
         out, lse = _split_kv(q, k, v, plan, sink)
@@ -409,6 +421,8 @@ def _split_key_range(args: AttentionArgs, q: torch.Tensor, k: torch.Tensor, v: t
     query heads to pack; the keys' (batch, seqlen_k) dims must merge into the packed kernels' rows."""
     group = args.qheads_per_kvhead
     if args.seqlen_q * group > splitkv.ROWS_PER_TILE or (args.has_mask and args.seqlen_q > 1):
+        return None
+    if args.headdim_v != args.headdim:  # the packed kernels take q's head dim for v's
         return None
     if args.alibi_slopes is not None:  # a split's keys lose their positions, which the bias needs
         return None

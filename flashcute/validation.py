@@ -31,6 +31,8 @@ import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from flashcute.kernels.common.limits import head_dim_bucket
+
 if TYPE_CHECKING:
     import torch
 
@@ -45,7 +47,7 @@ class AttentionArgs:
 
     softmax_scale is resolved (None became 1/sqrt(headdim)); causal is already folded into window_right = 0.
     learnable_sink and alibi_slopes are the tensors given (or None); tensors do not compare by value, so == and the
-    hash leave them out.
+    hash leave them out. headdim_v is v's (and out's) head dim: headdim, or another.
     """
 
     batch: int
@@ -54,6 +56,7 @@ class AttentionArgs:
     nheads: int
     nheads_k: int
     headdim: int
+    headdim_v: int
     softmax_scale: float
     causal: bool
     causal_align: str
@@ -95,7 +98,7 @@ def validate_attention_args(
 
     Raises TypeError for a value of the wrong type and ValueError for a value out of range.
     """
-    (batch, seqlen_q, nheads, headdim), (_, seqlen_k, nheads_k, _) = _check_shapes(q, k, v)
+    (batch, seqlen_q, nheads, headdim), (_, seqlen_k, nheads_k, _), headdim_v = _check_shapes(q, k, v)
     return AttentionArgs(
         batch=batch,
         seqlen_q=seqlen_q,
@@ -103,6 +106,7 @@ def validate_attention_args(
         nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
+        headdim_v=headdim_v,
         causal_align=_check_causal_align(causal_align),
         **_score_options(
             q, batch, nheads, headdim, softmax_scale, causal, window_size, softcap, learnable_sink, alibi_slopes
@@ -333,13 +337,16 @@ def _shape(name: str, x: Any, dims: tuple[str, ...], empty_rows: bool = False) -
     return shape
 
 
-def _check_shapes(q: Any, k: Any, v: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Return (q shape, k shape) after checking ranks, sizes and that q, k and v agree."""
+def _check_shapes(q: Any, k: Any, v: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """Return (q shape, k shape, v's head dim) after checking ranks, sizes and that q, k and v agree (v's head dim
+    may differ from theirs)."""
     batch, _, nheads, headdim = q_shape = _shape("q", q, Q_DIMS)
     k_shape = _shape("k", k, KV_DIMS)
     v_shape = _shape("v", v, KV_DIMS)
-    if v_shape != k_shape:
-        raise ValueError(f"v must have the same shape as k, {k_shape}, got shape {v_shape}")
+    if v_shape[:3] != k_shape[:3]:
+        raise ValueError(
+            f"v must have k's (batch, seqlen_k, nheads_k), {k_shape[:3]}, and any head dim, got shape {v_shape}"
+        )
     if k_shape[0] != batch:
         raise ValueError(f"k batch size (k.shape[0]) must equal q's ({batch}), got {k_shape[0]}")
     if k_shape[3] != headdim:
@@ -348,7 +355,7 @@ def _check_shapes(q: Any, k: Any, v: Any) -> tuple[tuple[int, ...], tuple[int, .
         raise ValueError(
             f"k nheads_k (k.shape[2]) must divide q's nheads ({nheads}) for grouped-query attention, got {k_shape[2]}"
         )
-    return q_shape, k_shape
+    return q_shape, k_shape, v_shape[3]
 
 
 # ---- options ------------------------------------------------------------------------------------------------
@@ -462,6 +469,13 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
     if args.headdim % 8 != 0 or args.headdim > KERNEL_MAX_HEADDIM:
         raise ValueError(f"headdim must be a multiple of 8 up to {KERNEL_MAX_HEADDIM}, got {args.headdim}")
+    if args.headdim_v != args.headdim:
+        bucket = head_dim_bucket(args.headdim)
+        if args.headdim_v % 8 != 0 or args.headdim_v > bucket:
+            raise ValueError(
+                f"v's headdim (v.shape[3]) must be a multiple of 8 up to q's head-dim bucket ({bucket} for q's "
+                f"{args.headdim}) where it differs from q's, got {args.headdim_v}"
+            )
     return tuple(_aligned_rows(name, t) for name, t in tensors.items())
 
 
@@ -622,6 +636,7 @@ def validate_kvcache_args(
         nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
+        headdim_v=headdim,
         causal_align="bottom_right",
         **_score_options(
             q, batch, nheads, headdim, softmax_scale, causal, window_size, softcap, learnable_sink, alibi_slopes

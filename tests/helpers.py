@@ -119,7 +119,7 @@ def check_forward(q, k, v, kernel, **options) -> None:
     from flashcute.validation import validate_attention_args
 
     args = validate_attention_args(q, k, v, **options)
-    out = torch.full_like(q, math.nan)
+    out = q.new_full((*q.shape[:-1], v.shape[-1]), math.nan)
     lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device=q.device)
     scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
     launch_fwd(q, k, v, out, lse, *scalars, kernel, args.softcap, args.learnable_sink, args.alibi_slopes)

@@ -97,8 +97,10 @@ def representative() -> list[tuple[object, str]]:
             registry.family(name).ARCHS[0], DTYPES, HEAD_DIM_BUCKETS, registry.MASK_VARIANTS, True
         )
     ]
-    # the sink and ALiBi kinds last, so that they take draws of their own rather than shifting the others'
-    kinds.sort(key=lambda family_kind: family_kind[1].endswith(("-sink", "-alibi")))
+    # the sink and ALiBi kinds, then the v head dim ones, last, so that they take draws of their own rather than
+    # shifting the others'
+    last = {"sink": 1, "alibi": 1, "value": 2}
+    kinds.sort(key=lambda family_kind: last.get(family_kind[1].rpartition("-")[2], 0))
     for family, kind in kinds:
         # softcap, sinks and ALiBi are one step each, whatever the tiles: their kinds at one bucket
         for bucket in (PADDED_BUCKET,) if kind.endswith(("-softcap", "-sink", "-alibi")) else HEAD_DIM_BUCKETS:
@@ -202,6 +204,12 @@ _ALIBI_SM90_D256 = (
 _PACKED_SM90_WIDE = (
     "Hopper forward at head dims 192 and 256 for packed batches: as _SM90_D256_CLAIMS, with a sequence's offsets and "
     "lengths beside the claimed index in the per-tile code: 5-35 spill instructions outside the K/V step loops"
+)
+
+_VALUE_MMA_SYNC = (
+    "the mma.sync forward with v's head dim 64 beside q's 128, at d128's tiles (2 stages under a mask), where every "
+    "plain d128 variant spills (_D128): V's and O's own copies, predicates and shared-memory layouts beside Q's and "
+    "K's leave 1-11 spill instructions under masks"
 )
 
 
@@ -326,6 +334,16 @@ KNOWN_SPILLS: dict[str, str] = {
             ]
         ),
         _PACKED_SM90_WIDE,
+    ),
+    **dict.fromkeys(
+        _built(
+            [
+                "sm_80-float16-d128v64-128x64w4s2-lazy8-both",
+                "sm_90a-bfloat16-d128v64-128x64w4s2-lazy8-both",
+                "sm_90a-float16-d128v64-128x64w4s2-lazy8-right",
+            ]
+        ),
+        _VALUE_MMA_SYNC,
     ),
     **dict.fromkeys(
         _built(

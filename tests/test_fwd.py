@@ -41,7 +41,7 @@ def run_poisoned(q, k, v, kernel, **options):
     """Run the kernel into NaN-filled outputs, so any element it fails to write fails the check."""
     args = validate_attention_args(q, k, v, **options)
     q, k, v = validate_cuda_inputs(q, k, v, args)
-    out = torch.full(q.shape, math.nan, dtype=q.dtype, device=q.device)
+    out = torch.full((*q.shape[:-1], v.shape[-1]), math.nan, dtype=q.dtype, device=q.device)
     lse = torch.full((args.batch, args.nheads, args.seqlen_q), math.nan, device=q.device)
     scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args))
     launch_fwd(q, k, v, out, lse, *scalars, kernel, args.softcap)
@@ -274,6 +274,34 @@ def test_cuda_graph_replay(kernel):
         graph.replay()
         torch.cuda.synchronize()
         check_against_spec(out, None, q, k, v, causal=True)
+
+
+# (q's head dim, v's): DeepSeek-style pairs, padded ones, the largest bucket
+VALUE_HEAD_DIMS = [(192, 128), (128, 64), (96, 40), (72, 64), (256, 128)]
+
+
+@pytest.mark.parametrize("mask", MASKS[:4], ids=str)
+@pytest.mark.parametrize("head_dims", VALUE_HEAD_DIMS, ids=str)
+def test_v_with_a_head_dim_of_its_own(head_dims, mask):
+    """v's head dim apart from q's, NaN-poisoned outputs, lengths that leave partial tiles, GQA, the dtypes in turn;
+    through flash_attn_func, out then has v's head dim."""
+    head_dim, head_dim_v = head_dims
+    dtype = (torch.bfloat16, torch.float16)[(VALUE_HEAD_DIMS.index(head_dims) + MASKS.index(mask)) % 2]
+    q, k = randn(2, 137, 4, head_dim, dtype=dtype), randn(2, 201, 2, head_dim, dtype=dtype)
+    v = randn(2, 201, 2, head_dim_v, dtype=dtype)
+    check(q, k, v, "auto", **mask)
+    out, lse = flashcute.flash_attn_func(q, k, v, return_lse=True, **mask)
+    assert out.shape == (2, 137, 4, head_dim_v)
+    check_against_spec(out, lse, q, k, v, **mask)
+
+
+def test_v_with_a_head_dim_of_its_own_refuses_what_the_kernels_lack():
+    """v's head dim above q's bucket, or a call that needs the backward, gets a clear error before any launch."""
+    q, k = randn(1, 64, 2, 64), randn(1, 64, 2, 64)
+    with pytest.raises(ValueError, match=r"v's headdim \(v.shape\[3\]\) must be a multiple of 8 up to q's head-dim"):
+        flashcute.flash_attn_func(q, k, randn(1, 64, 2, 128))
+    with pytest.raises(ValueError, match=r"v's head dim \(32\) differs from q's \(64\): the backward needs"):
+        flashcute.flash_attn_func(q.requires_grad_(), k, randn(1, 64, 2, 32))
 
 
 @pytest.mark.parametrize(

@@ -121,6 +121,19 @@ def test_matches_loop_implementation(problem):
     assert_same(lse, expected_lse)
 
 
+def test_each_column_of_out_mixes_its_column_of_v():
+    """v's head dim is its own: out's column c depends on v's column c alone, so out with v's first columns is the
+    first columns of out, and the scale stays q's."""
+    generator = torch.Generator().manual_seed(3)
+    q, k = torch.randn(1, 5, 2, 8, generator=generator), torch.randn(1, 7, 2, 8, generator=generator)
+    v = torch.randn(1, 7, 2, 12, generator=generator)
+    out = attention_ref(q, k, v, causal=True)
+    assert out.shape == (1, 5, 2, 12)
+    torch.testing.assert_close(attention_ref(q, k, v[..., :3], causal=True), out[..., :3], rtol=1e-12, atol=1e-12)
+    probs = torch.softmax(torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()) / math.sqrt(8), dim=-1)
+    torch.testing.assert_close(attention_ref(q, k, v), torch.einsum("bhqk,bkhd->bqhd", probs, v.double()))
+
+
 def test_gqa_query_head_reads_kv_head_h_div_group():
     q, k, v = Problem(2, 5, 7, 6, 2, 3, seed=1, options={}).tensors()
     out = attention_ref(q, k, v, causal=True)

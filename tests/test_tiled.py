@@ -65,6 +65,17 @@ def test_matches_spec_on_tile_breaking_lengths(seqlen_q, seqlen_k, mask):
     np.testing.assert_allclose(result.lse, lse.numpy(), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("head_dim_v", [4, 12])
+def test_matches_spec_with_v_head_dim_of_its_own(head_dim_v):
+    q, k, _ = Problem(2, 13, 29, 4, 2, 8, seed=head_dim_v, options={}).tensors()
+    v = torch.randn(2, 29, 2, head_dim_v, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    result = tiled_attention(q, k, v, causal=True, block_m=4, block_n=8)
+    out, lse = attention_ref(q, k, v, causal=True, return_lse=True)
+    assert result.out.shape == (2, 13, 4, head_dim_v)
+    np.testing.assert_allclose(result.out, out.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(result.lse, lse.numpy(), rtol=1e-12, atol=1e-12)
+
+
 def test_accepts_numpy_and_low_precision_torch():
     q, k, v = Problem(1, 5, 6, 2, 1, 3, seed=11, options={}).tensors(torch.bfloat16)
     from_torch = tiled_attention(q, k, v, block_m=2, block_n=4)

@@ -34,6 +34,7 @@ def test_resolves_sizes_and_defaults():
         nheads=4,
         nheads_k=2,
         headdim=8,
+        headdim_v=8,
         softmax_scale=1 / math.sqrt(8),
         causal=False,
         causal_align="bottom_right",
@@ -43,6 +44,11 @@ def test_resolves_sizes_and_defaults():
     )
     assert not args.has_mask and args.diagonal_offset == 2 and args.qheads_per_kvhead == 2
     assert args.learnable_sink is None and args.alibi_slopes is None
+
+
+def test_v_may_have_a_head_dim_of_its_own():
+    args = validate_attention_args(Q, KV, shaped(2, 5, 2, 16))
+    assert (args.headdim, args.headdim_v, args.softmax_scale) == (8, 16, 1 / math.sqrt(8))  # the scale is q's
 
 
 def test_causal_is_window_right_zero_and_keeps_window_left():
@@ -82,7 +88,7 @@ SHAPE_ERRORS = [
         "k.shape[1] (seqlen_k) must be >= 1 (empty inputs are rejected), got 0",
     ),
     ((shaped(2, 3, 4, 0), KV, KV), ValueError, "q.shape[3] (headdim) must be >= 1"),
-    ((Q, KV, shaped(2, 6, 2, 8)), ValueError, "v must have the same shape as k, (2, 5, 2, 8), got shape (2, 6, 2, 8)"),
+    ((Q, KV, shaped(2, 6, 2, 8)), ValueError, "v must have k's (batch, seqlen_k, nheads_k), (2, 5, 2), and any head"),
     ((Q, shaped(3, 5, 2, 8), shaped(3, 5, 2, 8)), ValueError, "k batch size (k.shape[0]) must equal q's (2), got 3"),
     ((Q, shaped(2, 5, 2, 4), shaped(2, 5, 2, 4)), ValueError, "k headdim (k.shape[3]) must equal q's (8), got 4"),
     (

@@ -47,6 +47,9 @@ class SymbolicProblem:
         self.dtype = CUTLASS_DTYPES[config.dtype]
         self.batch, self.seqlen_q, self.seqlen_k, self.nheads, self.nheads_k = (cute.sym_int() for _ in range(5))
         self.head_dim = config.head_dim_padded if config.exact_head_dim else cute.sym_int(divisibility=8)
+        self.head_dim_v = self.head_dim  # v's and out's, where a config has another (head_dim_v_padded)
+        if getattr(config, "head_dim_v_padded", None) is not None:
+            self.head_dim_v = config.head_dim_v_padded if config.exact_head_dim_v else cute.sym_int(divisibility=8)
 
     def q_like(self, dtype=None):
         """(batch, seqlen_q, nheads, head_dim): q, out, dout, dq."""
@@ -55,6 +58,14 @@ class SymbolicProblem:
     def kv_like(self):
         """(batch, seqlen_k, nheads_k, head_dim): k, v, dk, dv."""
         return fake_rows(self.dtype, (self.batch, self.seqlen_k, self.nheads_k, self.head_dim))
+
+    def v_like(self):
+        """(batch, seqlen_k, nheads_k, head_dim_v): v."""
+        return fake_rows(self.dtype, (self.batch, self.seqlen_k, self.nheads_k, self.head_dim_v))
+
+    def o_like(self):
+        """(batch, seqlen_q, nheads, head_dim_v): out."""
+        return fake_rows(self.dtype, (self.batch, self.seqlen_q, self.nheads, self.head_dim_v))
 
     def row_stats(self):
         """(batch, nheads, seqlen_q) float32 with a unit last stride: LSE, or D = rowsum(dO * O)."""

@@ -3,8 +3,9 @@
 A family is a folder under kernels/ with a ``family`` module that provides NAME, ARCHS (the targets it is built for
 without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
 dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right,
-packed, softcap=False, sink=False, alibi=False)`` (a ``launch(q, k, v, out, lse, softmax_scale, diag_offset[,
-packed_args, softcap, sink, alibi])``), ``supports_backward(head_dim, deterministic, packed)`` and ``backward(...,
+packed, softcap=False, sink=False, alibi=False[, head_dim_v])`` (a ``launch(q, k, v, out, lse, softmax_scale,
+diag_offset[, packed_args, softcap, sink, alibi])``; head_dim_v, v's head dim where it is not q's, only where
+``supports_forward(head_dim, head_dim_v)``), ``supports_backward(head_dim, deterministic, packed)`` and ``backward(...,
 deterministic, packed_args, softcap, alibi)``
 (returning dq, dk, dv and D = rowsum(dO * O), (batch, nheads, rows >= seqlen_q) float32, 0 past seqlen_q).
 Adding a family is one folder and one line in FAMILIES.
@@ -89,15 +90,22 @@ def forward_launcher(
     softcap: bool = False,
     sink: bool = False,
     alibi: bool = False,
+    head_dim_v: int | None = None,
 ):
-    """The first family's (from ``kernel`` on; None: the fastest) ``forward_launcher`` for these, made once."""
-    key = (device, dtype, head_dim, window_left, window_right, kernel, packed, softcap, sink, alibi)
+    """The first family's (from ``kernel`` on; None: the fastest) ``forward_launcher`` for these, made once;
+    ``head_dim_v``: v's head dim where it is not q's, which only the families whose supports_forward takes it
+    run."""
+    head_dim_v = None if head_dim_v == head_dim else head_dim_v
+    key = (device, dtype, head_dim, window_left, window_right, kernel, packed, softcap, sink, alibi, head_dim_v)
     launch = _forward_launchers.get(key)
     if launch is None:
-        family = pick(device, kernel)[0]
         window = (window_left, window_right)
         scores = {"softcap": softcap, "sink": sink, "alibi": alibi}
-        launch = family.forward_launcher(device, dtype, head_dim, *window, packed, **scores)
+        if head_dim_v is None:
+            launch = pick(device, kernel)[0].forward_launcher(device, dtype, head_dim, *window, packed, **scores)
+        else:
+            family = next(f for f in pick(device, kernel) if f.supports_forward(head_dim, head_dim_v))
+            launch = family.forward_launcher(device, dtype, head_dim, *window, packed, head_dim_v=head_dim_v, **scores)
         _forward_launchers[key] = launch
     return launch
 

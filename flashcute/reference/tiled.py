@@ -382,7 +382,7 @@ def attention_cta(
     exact = q_head.dtype == object
     q_tile = load_tile(q_head, m_block, block_m)
     state = SoftmaxState(row_max=np.full(block_m, -math.inf, dtype=q_tile.dtype), row_sum=_zeros(block_m, exact))
-    acc_o = _zeros((block_m, args.headdim), exact)
+    acc_o = _zeros((block_m, args.headdim_v), exact)
     for n_block in n_block_range(args, m_block, block_m, block_n):
         k_tile, v_tile = load_tile(k_head, n_block, block_n), load_tile(v_head, n_block, block_n)
         acc_s = gemm_qk(q_tile, k_tile)
@@ -439,7 +439,7 @@ def tiled_attention(
     sinks = None if args.learnable_sink is None else _as_array(args.learnable_sink, exact=False)  # (nheads,)
     if args.alibi_slopes is not None:  # (batch, nheads); (nheads,) slopes serve every batch
         slopes = np.broadcast_to(_as_array(args.alibi_slopes, exact=False), (args.batch, args.nheads))
-    out = _zeros(q.shape, exact)
+    out = _zeros((*q.shape[:-1], args.headdim_v), exact)
     lse = np.zeros((args.batch, args.nheads, args.seqlen_q))
     lse_arg = _zeros(lse.shape, exact) if exact else None
     traces: list[BlockTrace] | None = [] if trace else None

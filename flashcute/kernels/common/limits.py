@@ -28,12 +28,28 @@ def head_dim_bucket(head_dim: int) -> int:
 
 
 def dtype_limits(config) -> str | None:
-    """None if ``config.dtype`` and ``config.head_dim_padded`` are ones the kernels are built for, else why not."""
+    """None if ``config.dtype`` and ``config.head_dim_padded`` (and v's, value_head_dim) are ones the kernels are
+    built for, else why not."""
     if config.dtype not in DTYPES:
         return f"dtype {config.dtype!r} is not one of {DTYPES}"
     if config.head_dim_padded not in HEAD_DIM_BUCKETS:
         return f"head_dim_padded={config.head_dim_padded} is not one of {HEAD_DIM_BUCKETS}"
+    value = value_head_dim(config)
+    if value not in HEAD_DIM_BUCKETS or value > config.head_dim_padded:
+        return f"head_dim_v_padded={value} is not one of {HEAD_DIM_BUCKETS} up to head_dim_padded"
     return None
+
+
+def value_head_dim(config) -> int:
+    """The padded head dim of v and out that ``config`` is built for: its ``head_dim_v_padded``, None (or no such
+    field) where it is q's and k's."""
+    value = getattr(config, "head_dim_v_padded", None)
+    return config.head_dim_padded if value is None else value
+
+
+def exact_value_head_dim(config) -> bool:
+    """Whether v's head dim equals value_head_dim(config), so that its loads and O's stores need no predicates."""
+    return config.exact_head_dim if getattr(config, "head_dim_v_padded", None) is None else config.exact_head_dim_v
 
 
 def masks(window_left: int, window_right: int) -> tuple[bool, bool]:
@@ -46,8 +62,12 @@ MASK_NAMES = {(False, False): "nomask", (True, False): "right", (False, True): "
 
 
 def head_dim_label(config) -> str:
-    """A config's head dim in a variant label: "d128", or "d128pad" for a head dim padded up to 128."""
-    return f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
+    """A config's head dim in a variant label: "d128", or "d128pad" for a head dim padded up to 128; "d192v128"
+    where v's head dim is another (its own "pad" likewise)."""
+    label = f"d{config.head_dim_padded}{'' if config.exact_head_dim else 'pad'}"
+    if getattr(config, "head_dim_v_padded", None) is not None:
+        label += f"v{config.head_dim_v_padded}{'' if config.exact_head_dim_v else 'pad'}"
+    return label
 
 
 def mask_label(config) -> str:
@@ -90,11 +110,12 @@ def streaming_limits(config, num_threads: int) -> str | None:
 
 def in_sample(kind: str, config) -> bool:
     """Whether the compile tests, ``flashcute check`` and ``warmup --all`` build this variant of registry.variants'
-    group ``kind``: all of a plain group; of the packed variable-length, softcap, sink and ALiBi groups every bucket
-    and mask, the dtypes taken in turn. Packing changes only where a tile's rows are (kernels/common/seqlen.py),
-    softcap and ALiBi one step each on the scores (kernels/common/softcap.py, alibi.py) and a sink the epilogue's
-    statistics (softmax.finalize), not the tiles, so a sample covers each without doubling the variant matrix."""
-    return not kind.endswith(("-packed", "-softcap", "-sink", "-alibi")) or dtype_in_turn(config)
+    group ``kind``: all of a plain group; of the packed variable-length, softcap, sink, ALiBi and v head dim ("value")
+    groups every bucket and mask, the dtypes taken in turn. Packing changes only where a tile's rows are
+    (kernels/common/seqlen.py), softcap and ALiBi one step each on the scores (kernels/common/softcap.py, alibi.py),
+    a sink the epilogue's statistics (softmax.finalize) and v's head dim the V and O tiles' width, not the tiling, so
+    a sample covers each without doubling the variant matrix."""
+    return not kind.endswith(("-packed", "-softcap", "-sink", "-alibi", "-value")) or dtype_in_turn(config)
 
 
 def dtype_in_turn(config) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from flashcute.kernels.common.limits import attention_label, head_dim_bucket, masks, smem_limit
+from flashcute.kernels.common.limits import attention_label, head_dim_bucket, masks, smem_limit, value_head_dim
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class FwdConfig:
     softcap:          the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py)
     sink:             every row's denominator takes its head's learnable sink (softmax.finalize)
     alibi:            the scores take the ALiBi bias -slope * |i + offset - j| (kernels/common/alibi.py)
+    head_dim_v_padded: v's (and out's) head-dim bucket where it is not q's and k's (at most theirs); None: theirs
+    exact_head_dim_v: v's head dim equals head_dim_v_padded (with head_dim_v_padded only)
     """
 
     dtype: str
@@ -47,6 +49,8 @@ class FwdConfig:
     softcap: bool = False
     sink: bool = False
     alibi: bool = False
+    head_dim_v_padded: int | None = None
+    exact_head_dim_v: bool = True
 
     @property
     def num_threads(self) -> int:
@@ -60,8 +64,9 @@ class FwdConfig:
         return attention_label(self, "", tiles)
 
     def smem_bytes(self) -> int:
-        """A Q tile and num_stages K and V tiles, 2 bytes an element."""
-        return 2 * self.head_dim_padded * (self.block_m + 2 * self.num_stages * self.block_n)
+        """A Q tile and num_stages K and V tiles, 2 bytes an element (O leaves through Q's bytes)."""
+        stages = self.num_stages * self.block_n
+        return 2 * (self.head_dim_padded * (self.block_m + stages) + value_head_dim(self) * stages)
 
 
 def _forward_tiles(bucket: int, masked: bool) -> tuple[tuple[int, int, int, int], ...]:
@@ -93,11 +98,17 @@ def fwd_config(
     softcap: bool = False,
     sink: bool = False,
     alibi: bool = False,
+    head_dim_v: int | None = None,
 ) -> FwdConfig:
     """The heuristic for the sm80 forward kernel on target ``arch`` (window_right = 0 is causal; ``packed``: for
     packed variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, ``alibi``: with
-    ALiBi biases, each with the same tiles)."""
+    ALiBi biases, each with the same tiles; ``head_dim_v``: v's head dim where it is not q's, at most q's bucket:
+    q's tiles, which then hold smaller V tiles and O)."""
     bucket = head_dim_bucket(head_dim)
+    values = {}
+    if head_dim_v is not None and head_dim_v != head_dim:
+        bucket_v = head_dim_bucket(head_dim_v)
+        values = {"head_dim_v_padded": bucket_v, "exact_head_dim_v": head_dim_v == bucket_v}
     mask_right, mask_left = masks(window_left, window_right)
     for block_m, block_n, num_warps, num_stages in _forward_tiles(bucket, mask_right or mask_left):
         config = FwdConfig(
@@ -116,6 +127,7 @@ def fwd_config(
             softcap=softcap,
             sink=sink,
             alibi=alibi,
+            **values,
         )
         if config.smem_bytes() <= smem_limit(arch):
             break

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from flashcute.kernels.common import prepost
+from flashcute.kernels.common.limits import head_dim_bucket
 from flashcute.kernels.launch import DENSE, compiled, device_arch, dtype_name, run_on_device
 from flashcute.kernels.sm80.config import BwdConfig, DQConfig, FwdConfig, bwd_config, dq_config, fwd_config
 
@@ -22,6 +23,9 @@ NAME = "sm80"
 # The targets the compile tests and `flashcute check` build this family for.
 ARCHS = ("sm_80", "sm_90a")
 CONFIG_TYPES = (FwdConfig, BwdConfig, DQConfig)
+# (q's head dim, v's) where they differ that the compile tests and `warmup --all` build: DeepSeek-style attention's
+# and a smaller pair.
+VALUE_HEAD_DIMS = ((192, 128), (128, 64))
 # The backend its benchmarks and comparisons time beside it: PyTorch's FlashAttention-2, the same design.
 REFERENCE = "sdpa-flash"
 # Forward tiles besides the heuristic's that the GPU tests run (head dim 96, bf16): the fields they replace.
@@ -55,7 +59,7 @@ def compile(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path 
     if isinstance(config, FwdConfig):
         from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
 
-        tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats())
+        tensors = (p.q_like(), p.kv_like(), p.v_like(), p.o_like(), p.row_stats())
         return build(FlashAttentionForwardSm80(config), *tensors)
     inputs = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats())
     if isinstance(config, BwdConfig):
@@ -83,6 +87,12 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
         for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
             for kind, make in kinds.items():
                 found[kind].append(make(head_dim, dtype, window))
+    # v's head dim apart from q's (the forward alone): the pairs models use, for each dtype and mask
+    found["fwd-value"] = [
+        fwd_config(head_dim, dtype, *window, arch=arch, head_dim_v=head_dim_v)
+        for dtype, (head_dim, head_dim_v), window in itertools.product(dtypes, VALUE_HEAD_DIMS, masks)
+        if head_dim in buckets
+    ]
     # packed batches, capped scores, sinks (the forward alone) and ALiBi: the exact head dims (each is orthogonal to
     # padding)
     for variant, variant_kinds in (("packed", kinds), ("softcap", kinds), ("sink", ("fwd",)), ("alibi", kinds)):
@@ -105,6 +115,7 @@ def forward_launcher(
     softcap: bool = False,
     sink: bool = False,
     alibi: bool = False,
+    head_dim_v: int | None = None,
 ):
     """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None,
     alibi=None)`` for validated inputs of this device, dtype, head dim and window (outputs allocated by the caller),
@@ -117,7 +128,9 @@ def forward_launcher(
     if config is None:
         arch = device_arch(device)
         scores = {"softcap": softcap, "sink": sink, "alibi": alibi}
-        config = fwd_config(head_dim, dtype, window_left, window_right, arch=arch, packed=packed, **scores)
+        config = fwd_config(
+            head_dim, dtype, window_left, window_right, arch=arch, packed=packed, head_dim_v=head_dim_v, **scores
+        )
     kernel = compiled(config, device, compile)
     scalars = (window_left, window_right)
     capped = config.softcap
@@ -140,6 +153,11 @@ def forward_launcher(
         run_on_device(device, kernel, *args)
 
     return launch
+
+
+def supports_forward(head_dim: int, head_dim_v: int) -> bool:
+    """Whether the forward takes v's head dim beside q's: up to q's head-dim bucket."""
+    return head_dim_v <= head_dim_bucket(head_dim)
 
 
 def supports_backward(head_dim: int, deterministic: bool, packed: bool) -> bool:

@@ -29,6 +29,7 @@ from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, converted
+from flashcute.kernels.common.limits import exact_value_head_dim, value_head_dim
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softcap import apply_softcap, softcap_scales
@@ -47,6 +48,7 @@ class FlashAttentionForwardSm80:
         self.block_m = config.block_m
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
+        self.head_dim_v_padded = value_head_dim(config)  # v's and O's: q's, or a smaller bucket
         self.num_threads = config.num_threads
         self.num_stages = config.num_stages
 
@@ -65,8 +67,8 @@ class FlashAttentionForwardSm80:
         self,
         mQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
-        mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
-        mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim_v)
+        mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim_v)
         mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
         softmax_scale: Float32,
         diag_offset: Int32,
@@ -83,10 +85,13 @@ class FlashAttentionForwardSm80:
         mSink: cute.Tensor | None = None,  # (nheads,) float32: learnable sinks, when config.sink (softmax.finalize)
         mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
     ):
-        smem_atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
-        sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, self.head_dim_padded), (0, 1))
-        sKV_layout = cute.tile_to_shape(smem_atom, (self.block_n, self.head_dim_padded, self.num_stages), (0, 1, 2))
-        SharedStorage = self.shared_storage(sQ_layout, sKV_layout)
+        d, dv = self.head_dim_padded, self.head_dim_v_padded
+        smem_atom, smem_atom_v = (gcopy.smem_layout_atom(self.dtype, n) for n in (d, dv))
+        sQ_layout = cute.tile_to_shape(smem_atom, (self.block_m, d), (0, 1))
+        sK_layout = cute.tile_to_shape(smem_atom, (self.block_n, d, self.num_stages), (0, 1, 2))
+        sV_layout = cute.tile_to_shape(smem_atom_v, (self.block_n, dv, self.num_stages), (0, 1, 2))
+        sO_layout = cute.tile_to_shape(smem_atom_v, (self.block_m, dv), (0, 1))  # in Q's bytes: dv <= d
+        SharedStorage = self.shared_storage(sQ_layout, sK_layout, sV_layout)
 
         # The warps stacked along M: each owns block_m / num_warps whole rows of S and O.
         num_warps = self.config.num_warps
@@ -95,8 +100,9 @@ class FlashAttentionForwardSm80:
             (num_warps, 1, 1),
             permutation_mnk=(num_warps * 16, 16, 16),
         )
-        gmem_tiled_copy_QKV = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True)
-        gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False)
+        gmem_tiled_copy_QK = gcopy.make_gmem_tiled_copy(self.dtype, d, self.num_threads, True)
+        gmem_tiled_copy_V = gcopy.make_gmem_tiled_copy(self.dtype, dv, self.num_threads, True)
+        gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy(self.dtype, dv, self.num_threads, False)
 
         batch, seqlen_q = mQ.shape[0], mQ.shape[1]
         if cutlass.const_expr(mCuSeqlensQ is not None):
@@ -122,8 +128,11 @@ class FlashAttentionForwardSm80:
             window_right,
             num_m_blocks,
             sQ_layout,
-            sKV_layout,
-            gmem_tiled_copy_QKV,
+            sK_layout,
+            sV_layout,
+            sO_layout,
+            gmem_tiled_copy_QK,
+            gmem_tiled_copy_V,
             gmem_tiled_copy_O,
             tiled_mma,
             SharedStorage,
@@ -134,12 +143,12 @@ class FlashAttentionForwardSm80:
             stream=stream,
         )
 
-    def shared_storage(self, sQ_layout, sKV_layout):
+    def shared_storage(self, sQ_layout, sK_layout, sV_layout):
         """The thread block's shared memory: Q, K and V."""
         fields = {
             "sQ": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024],
-            "sK": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
-            "sV": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
+            "sK": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024],
+            "sV": cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024],
         }
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
@@ -165,8 +174,11 @@ class FlashAttentionForwardSm80:
         window_right: Int32,
         num_m_blocks: Int32,
         sQ_layout: cute.ComposedLayout,
-        sKV_layout: cute.ComposedLayout,
-        gmem_tiled_copy_QKV: cute.TiledCopy,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        sO_layout: cute.ComposedLayout,
+        gmem_tiled_copy_QK: cute.TiledCopy,
+        gmem_tiled_copy_V: cute.TiledCopy,
         gmem_tiled_copy_O: cute.TiledCopy,
         tiled_mma: cute.TiledMma,
         SharedStorage: cutlass.Constexpr,
@@ -185,6 +197,7 @@ class FlashAttentionForwardSm80:
         seq = SeqLens(batch_idx, mQ.shape[1], mK.shape[1], diag_offset, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK)
         seqlen_q, seqlen_k = seq.seqlen_q, seq.seqlen_k
         head_dim = mQ.shape[3]
+        head_dim_v = head_dim if cutlass.const_expr(cfg.head_dim_v_padded is None) else mV.shape[3]
         tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, seq.diag_offset, window_left, window_right)
         n_block_min, n_block_max = tile_info.n_block_range(m_block)
         if cutlass.const_expr(seq.packed):  # noqa: SIM102 (a compile-time test around a run-time one)
@@ -193,46 +206,47 @@ class FlashAttentionForwardSm80:
         left_end, right_start = tile_info.masked_runs(m_block, n_block_min, n_block_max)
 
         tile_q = (self.block_m, self.head_dim_padded)
-        tile_kv = (self.block_n, self.head_dim_padded)
+        tile_k = (self.block_n, self.head_dim_padded)
+        tile_v = (self.block_n, self.head_dim_v_padded)
+        tile_o = (self.block_m, self.head_dim_v_padded)
         gQ = cute.local_tile(seq.rows_q(mQ, head_idx), tile_q, (m_block, 0))  # (block_m, D)
-        gK = cute.local_tile(seq.rows_k(mK, kv_head_idx), tile_kv, (None, 0))  # (block_n, D, n_block)
-        gV = cute.local_tile(seq.rows_k(mV, kv_head_idx), tile_kv, (None, 0))  # (block_n, D, n_block)
+        gK = cute.local_tile(seq.rows_k(mK, kv_head_idx), tile_k, (None, 0))  # (block_n, D, n_block)
+        gV = cute.local_tile(seq.rows_k(mV, kv_head_idx), tile_v, (None, 0))  # (block_n, Dv, n_block)
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(SharedStorage)
         sQ = storage.sQ.get_tensor(sQ_layout)
-        sK = storage.sK.get_tensor(sKV_layout)
-        sV = storage.sV.get_tensor(sKV_layout)
-        # V^T as a (D, block_n) view of the same bytes: ldmatrix.trans reads it, nothing is copied.
+        sK = storage.sK.get_tensor(sK_layout)
+        sV = storage.sV.get_tensor(sV_layout)
+        # V^T as a (Dv, block_n) view of the same bytes: ldmatrix.trans reads it, nothing is copied.
         sVt = cute.composition(
             sV,
             cute.make_layout(
-                (self.head_dim_padded, self.block_n, self.num_stages),
-                stride=(self.block_n, 1, self.block_n * self.head_dim_padded),
+                (self.head_dim_v_padded, self.block_n, self.num_stages),
+                stride=(self.block_n, 1, self.block_n * self.head_dim_v_padded),
             ),
         )
 
         # ---- step 2: per-thread gmem -> smem partitions and their predicates
-        gmem_thr_copy = gmem_tiled_copy_QKV.get_slice(tidx)
-        gmem_thr0_copy = gmem_tiled_copy_QKV.get_slice(0)
+        gmem_thr_copy = gmem_tiled_copy_QK.get_slice(tidx)
+        gmem_thr0_copy = gmem_tiled_copy_QK.get_slice(0)
+        gmem_thr_copy_V = gmem_tiled_copy_V.get_slice(tidx)
         tQgQ, tQsQ = gmem_thr_copy.partition_S(gQ), gmem_thr_copy.partition_D(sQ)
         tKgK, tKsK = gmem_thr_copy.partition_S(gK), gmem_thr_copy.partition_D(sK)
-        tVgV, tVsV = gmem_thr_copy.partition_S(gV), gmem_thr_copy.partition_D(sV)
+        tVgV, tVsV = gmem_thr_copy_V.partition_S(gV), gmem_thr_copy_V.partition_D(sV)
         tQcQ = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_q))
         t0QcQ = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_q))
-        tKVcKV = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_kv))
-        t0KVcKV = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_kv))
         tQpQ = gcopy.head_dim_predicate(tQcQ, head_dim)
-        tKVpKV = gcopy.head_dim_predicate(tKVcKV, head_dim)
-        check_hdim = not cfg.exact_head_dim
+        check_hdim, check_hdim_v = not cfg.exact_head_dim, not exact_value_head_dim(cfg)
 
+        # the K and the V tiles' copies: one where v's head dim is q's
+        copy_k = self.tile_copy(gmem_tiled_copy_QK, tile_k, head_dim, check_hdim, tidx)
         kv = SimpleNamespace(
-            tiled_copy=gmem_tiled_copy_QKV,
-            tKVcKV=tKVcKV,
-            t0KVcKV=t0KVcKV,
-            tKVpKV=tKVpKV,
+            k=copy_k,
+            v=copy_k
+            if cutlass.const_expr(cfg.head_dim_v_padded is None)
+            else self.tile_copy(gmem_tiled_copy_V, tile_v, head_dim_v, check_hdim_v, tidx),
             seqlen_k=seqlen_k,
-            check_hdim=check_hdim,
             tKgK=tKgK,
             tKsK=tKsK,
             tVgV=tVgV,
@@ -244,7 +258,7 @@ class FlashAttentionForwardSm80:
         tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
         tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK[None, None, 0]))
         tOrVt = thr_mma.make_fragment_B(thr_mma.partition_B(sVt[None, None, 0]))
-        acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C(tile_q), Float32)
+        acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C(tile_o), Float32)
         acc_O.fill(0.0)
         ldmatrix = warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4)
         ldmatrix_t = warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4)
@@ -262,7 +276,7 @@ class FlashAttentionForwardSm80:
 
         # ---- prologue: Q and the first (last-in-sequence) K tile in flight together
         gcopy.copy_rows(
-            gmem_tiled_copy_QKV,
+            gmem_tiled_copy_QK,
             tQgQ,
             tQsQ,
             tQcQ,
@@ -274,14 +288,14 @@ class FlashAttentionForwardSm80:
             False,
         )
         if n_block_max > n_block_min:
-            self.load_kv_tile(kv, tKgK, tKsK, n_block_max - 1, True, False)
+            self.load_kv_tile(kv.k, kv.seqlen_k, tKgK, tKsK, n_block_max - 1, True, False)
         cute.arch.cp_async_commit_group()
         if cutlass.const_expr(self.num_stages == 2):
             if n_block_max > n_block_min:
-                self.load_kv_tile(kv, tVgV, tVsV, n_block_max - 1, True, True)
+                self.load_kv_tile(kv.v, kv.seqlen_k, tVgV, tVsV, n_block_max - 1, True, True)
             cute.arch.cp_async_commit_group()
             if n_block_max - 1 > n_block_min:
-                self.load_kv_tile(kv, tKgK, tKsK, n_block_max - 2, False, False)
+                self.load_kv_tile(kv.k, kv.seqlen_k, tKgK, tKsK, n_block_max - 2, False, False)
             cute.arch.cp_async_commit_group()
 
         compute_one_n_block = partial(
@@ -327,33 +341,49 @@ class FlashAttentionForwardSm80:
         cute.arch.cp_async_wait_group(0)  # no cp.async may still write sQ (the loop may have run zero times)
         cute.arch.sync_threads()  # every warp is done reading sQ
         rows_left = seqlen_q - m_block * self.block_m
-        sO = cute.make_tensor(sQ.iterator, sQ_layout)
-        gO = cute.local_tile(seq.rows_q(mO, head_idx), tile_q, (m_block, 0))
-        store_o(acc_O, sO, gO, tiled_mma, gmem_tiled_copy_O, tidx, rows_left, head_dim, check_hdim)
+        sO = cute.make_tensor(sQ.iterator, sO_layout)
+        gO = cute.local_tile(seq.rows_q(mO, head_idx), tile_o, (m_block, 0))
+        store_o(acc_O, sO, gO, tiled_mma, gmem_tiled_copy_O, tidx, rows_left, head_dim_v, check_hdim_v)
         gLSE = cute.local_tile(seq.row_stats(mLSE, head_idx), (self.block_m,), (m_block,))
-        store_lse(lse, gLSE, thr_mma, tile_q, rows_left)
+        store_lse(lse, gLSE, thr_mma, tile_o, rows_left)
+
+    @staticmethod
+    def tile_copy(tiled_copy: cute.TiledCopy, tile: tuple, head_dim: Int32, check_hdim: bool, tidx: Int32):
+        """What load_kv_tile needs of K's or V's copy: the tiled copy, this thread's and thread 0's coordinates in
+        a tile, the head-dim predicate and whether to apply it."""
+        coords = cute.make_identity_tensor(tile)
+        tXcX = tiled_copy.get_slice(tidx).partition_S(coords)
+        return SimpleNamespace(
+            tiled_copy=tiled_copy,
+            tXcX=tXcX,
+            t0XcX=tiled_copy.get_slice(0).partition_S(coords),
+            tXpX=gcopy.head_dim_predicate(tXcX, head_dim),
+            check_hdim=check_hdim,
+        )
 
     @cute.jit
     def load_kv_tile(
         self,
-        kv: SimpleNamespace,
+        copy: SimpleNamespace,
+        seqlen_k: Int32,
         tXgX: cute.Tensor,
         tXsX: cute.Tensor,
         n_block: Int32,
         is_last_tile: cutlass.Constexpr[bool],
         zero_fill_rows: cutlass.Constexpr[bool],
     ):
-        """Step 2 for K or V into stage n_block % num_stages: only the last tile can be partial."""
+        """Step 2 for K or V (``copy``: tile_copy's) into stage n_block % num_stages: only the last tile can be
+        partial."""
         gcopy.copy_rows(
-            kv.tiled_copy,
+            copy.tiled_copy,
             tXgX[None, None, None, n_block],
             tXsX[None, None, None, self.stage(n_block)],
-            kv.tKVcKV,
-            kv.t0KVcKV,
-            kv.tKVpKV,
-            kv.seqlen_k - n_block * self.block_n,
+            copy.tXcX,
+            copy.t0XcX,
+            copy.tXpX,
+            seqlen_k - n_block * self.block_n,
             is_last_tile,
-            kv.check_hdim,
+            copy.check_hdim,
             zero_fill_rows,
         )
 
@@ -381,16 +411,16 @@ class FlashAttentionForwardSm80:
         cute.arch.cp_async_wait_group(2 * self.num_stages - 2)  # K[n] (and, the first time, Q) has landed ...
         cute.arch.sync_threads()  # ... for every thread, and every warp is done with the stage V[n+1] used
         if cutlass.const_expr(self.num_stages == 1):
-            self.load_kv_tile(kv, kv.tVgV, kv.tVsV, n_block, is_last_tile, True)
+            self.load_kv_tile(kv.v, kv.seqlen_k, kv.tVgV, kv.tVsV, n_block, is_last_tile, True)
         elif n_block > n_block_min:
-            self.load_kv_tile(kv, kv.tVgV, kv.tVsV, n_block - 1, False, True)
+            self.load_kv_tile(kv.v, kv.seqlen_k, kv.tVgV, kv.tVsV, n_block - 1, False, True)
         cute.arch.cp_async_commit_group()
         # step 3: S = Q K^T
         self.gemm_qk(mma, acc_S, stage)
         cute.arch.cp_async_wait_group(2 * self.num_stages - 2)  # V[n] has landed ...
         cute.arch.sync_threads()  # ... and every warp is done reading K[n]
         if n_block - self.num_stages >= n_block_min:
-            self.load_kv_tile(kv, kv.tKgK, kv.tKsK, n_block - self.num_stages, False, False)
+            self.load_kv_tile(kv.k, kv.seqlen_k, kv.tKgK, kv.tKsK, n_block - self.num_stages, False, False)
         cute.arch.cp_async_commit_group()
         if cutlass.const_expr(self.config.softcap):  # S = tanh(S * softmax_scale / softcap)
             apply_softcap(acc_S, softcap_multiplier)

@@ -165,6 +165,11 @@ def tile_counter(device: torch.device) -> torch.Tensor:
     return counter
 
 
+def supports_forward(head_dim: int, head_dim_v: int) -> bool:
+    """Whether the forward takes v's head dim beside q's: only q's (its O aliases Q's shared memory tile for tile)."""
+    return head_dim_v == head_dim
+
+
 def supports_backward(head_dim: int, deterministic: bool, packed: bool) -> bool:
     return not deterministic and sm90_bwd_supports(head_dim)
 
