@@ -310,11 +310,7 @@ def flash_attn_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        if plan.args.headdim_v != plan.args.headdim:
-            raise ValueError(
-                f"v's head dim ({plan.args.headdim_v}) differs from q's ({plan.args.headdim}): the backward needs them "
-                "equal, so such a call takes inputs that require no grad (or torch.no_grad())"
-            )
+        _refuse_backward_of_value_head_dim(plan.args)
         out, lse = FlashAttention.apply(q, k, v, sink, alibi, (*plan.scalars, deterministic))
     elif plan.key_range is not None and not compiling:
         out, lse = _split_kv(q, k, v, plan, sink)
@@ -323,6 +319,15 @@ def flash_attn_func(
     else:
         out, lse = forward_outputs(q, k, v, *plan.scalars, sink, alibi)
     return (out, lse) if return_lse else out
+
+
+def _refuse_backward_of_value_head_dim(args) -> None:
+    """A call that needs the backward must have v's head dim equal to q's: a ValueError naming both otherwise."""
+    if args.headdim_v != args.headdim:
+        raise ValueError(
+            f"v's head dim ({args.headdim_v}) differs from q's ({args.headdim}): the backward needs them equal, so "
+            "such a call takes inputs that require no grad (or torch.no_grad())"
+        )
 
 
 class CallPlan:
@@ -422,8 +427,6 @@ def _split_key_range(args: AttentionArgs, q: torch.Tensor, k: torch.Tensor, v: t
     group = args.qheads_per_kvhead
     if args.seqlen_q * group > splitkv.ROWS_PER_TILE or (args.has_mask and args.seqlen_q > 1):
         return None
-    if args.headdim_v != args.headdim:  # the packed kernels take q's head dim for v's
-        return None
     if args.alibi_slopes is not None:  # a split's keys lose their positions, which the bias needs
         return None
     if any(t.shape[0] > 1 and t.stride(0) != t.shape[1] * t.stride(1) for t in (k, v)):
@@ -484,12 +487,12 @@ def varlen_outputs(
     learnable_sink: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out (total_q, nheads, headdim), lse (nheads, total_q)) of a packed batch (validated inputs only). Rows that
+    """(out (total_q, nheads, v's headdim), lse (nheads, total_q)) of a packed batch (validated inputs only). Rows that
     no sequence counts (past seqused_q) are O = 0, LSE = -inf, as are rows whose sequence has no key (LSE = the
     head's sink, with ``learnable_sink``). ``alibi_slopes``: (nheads,) or (batch, nheads), a row per sequence."""
     total_q, nheads, _ = q.shape
     skipped = seqused_q is not None
-    out = (torch.zeros if skipped else torch.empty)(q.shape, dtype=q.dtype, device=q.device)
+    out = (torch.zeros if skipped else torch.empty)((total_q, nheads, v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = (torch.full if skipped else torch.empty)(
         (nheads, total_q), *((-math.inf,) if skipped else ()), dtype=torch.float32, device=q.device
     )
@@ -506,6 +509,7 @@ def varlen_outputs(
     window = (window_left, window_right)
     alibi = kernel_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, nheads)
     scores = {"softcap": softcap > 0, "sink": sink is not None, "alibi": alibi is not None}
+    scores["head_dim_v"] = v.shape[-1]
     launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], *window, name, True, **scores)
     validate_pointers(q=q, k=k, v=v)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
@@ -575,7 +579,7 @@ def launch_varlen_bwd(
 
 def _varlen_fwd_fake(q, k, v, *options, **scores):
     total_q, nheads, _ = q.shape
-    return q.new_empty(q.shape), q.new_empty((nheads, total_q), dtype=torch.float32)
+    return q.new_empty((total_q, nheads, v.shape[-1])), q.new_empty((nheads, total_q), dtype=torch.float32)
 
 
 _SEQUENCES = "Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor? seqused_q, Tensor? seqused_k"
@@ -655,8 +659,9 @@ def flash_attn_varlen_func(
     first tokens. max_seqlen_q / max_seqlen_k must be at least every sequence's length (they size the launch).
     Sequences of length 0 are allowed anywhere. causal, window_size, softcap, learnable_sink, alibi_slopes
     ((nheads,) or (batch, nheads), a row per sequence) and softmax_scale as in flash_attn_func, with each sequence's
-    diagonal aligned bottom-right (key j of a sequence is aligned with its query i + seqlen_k - seqlen_q). Returns
-    out (total_q, nheads, headdim) and, with return_lse, lse (nheads, total_q) float32; rows past a seqused_q get O
+    diagonal aligned bottom-right (key j of a sequence is aligned with its query i + seqlen_k - seqlen_q); v's head
+    dim as in flash_attn_func (out takes it; the forward only). Returns
+    out (total_q, nheads, v's headdim) and, with return_lse, lse (nheads, total_q) float32; rows past a seqused_q get O
     = 0 and LSE = -inf. ``validate=True`` also checks the sequence tensors' values (a host sync: off by default so
     that the call stays asynchronous and graph-capturable).
     """
@@ -696,6 +701,7 @@ def flash_attn_varlen_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
+        _refuse_backward_of_value_head_dim(args)
         out, lse = FlashAttentionVarlen.apply(q, k, v, sink, alibi, sequences, options)
     elif torch.compiler.is_compiling():
         out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars, sink, alibi)

@@ -123,16 +123,18 @@ class SplitPlan:
         learnable_sink: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Unmasked attention of q (batch, seqlen_q, nheads, headdim) to the rows of keys and values (rows,
-        nheads_k, headdim) that ``key_chunks`` name, ``kernel`` a family name or "auto", scores capped by
-        ``softcap`` (> 0), ``learnable_sink`` (nheads,) in every row's denominator (joined by the combine, where
-        each row's head is known). Returns out (batch, seqlen_q, nheads, headdim) and lse (batch, nheads, seqlen_q)
+        nheads_k, headdim; values may have a head dim of their own) that ``key_chunks`` name, ``kernel`` a family
+        name or "auto", scores capped by ``softcap`` (> 0), ``learnable_sink`` (nheads,) in every row's denominator
+        (joined by the combine, where each row's head is known). Returns out (batch, seqlen_q, nheads, values' head
+        dim) and lse (batch, nheads, seqlen_q)
         float32; a query with no key gets O = 0 and LSE = -inf (the sink, with one). Validated inputs only (the
         callers' checks)."""
         from flashcute.interface import kernel_sink, varlen_outputs
 
         batch, seqlen_q, nheads, headdim = q.shape
         nheads_k, group, rows, splits = self.nheads_k, self.group, self.rows, self.splits
-        out = q.new_empty(q.shape)
+        headdim_v = values.shape[-1]
+        out = q.new_empty(q.shape) if headdim_v == headdim else q.new_empty((batch, seqlen_q, nheads, headdim_v))
         lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
         sink = kernel_sink(learnable_sink)
         if self.max_keys == 0 or q.numel() == 0:
@@ -155,9 +157,9 @@ class SplitPlan:
             -1, kernel, softcap,
         )  # fmt: skip
         prepost.combine(
-            partial_out.view(batch, splits, rows, nheads_k, headdim),
+            partial_out.view(batch, splits, rows, nheads_k, headdim_v),
             partial_lse.view(nheads_k, batch, splits, rows),
-            out.view(batch * seqlen_q, nheads_k, group, headdim).transpose(1, 2),
+            out.view(batch * seqlen_q, nheads_k, group, headdim_v).transpose(1, 2),
             lse.view(batch, nheads_k, group, seqlen_q),
             None if sink is None else sink.view(nheads_k, group),
         )

@@ -171,6 +171,7 @@ class VarlenArgs:
     nheads: int
     nheads_k: int
     headdim: int
+    headdim_v: int  # v's and out's head dim: headdim, or another
     softmax_scale: float
     causal: bool
     window_left: int
@@ -208,8 +209,8 @@ def validate_varlen_args(
     total_q, nheads, headdim = _shape("q", q, VARLEN_Q_DIMS, empty_rows=True)
     total_k, nheads_k, _ = k_shape = _shape("k", k, VARLEN_KV_DIMS, empty_rows=True)
     v_shape = _shape("v", v, VARLEN_KV_DIMS, empty_rows=True)
-    if v_shape != k_shape:
-        raise ValueError(f"v must have the same shape as k, {k_shape}, got shape {v_shape}")
+    if v_shape[:2] != k_shape[:2]:
+        raise ValueError(f"v must have k's (total_k, nheads_k), {k_shape[:2]}, and any head dim, got shape {v_shape}")
     if k_shape[2] != headdim:
         raise ValueError(f"k headdim (k.shape[2]) must equal q's ({headdim}), got {k_shape[2]}")
     if nheads % nheads_k != 0:
@@ -233,6 +234,7 @@ def validate_varlen_args(
         nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
+        headdim_v=v_shape[2],
         **_score_options(
             q, batch, nheads, headdim, softmax_scale, causal, window_size, softcap, learnable_sink, alibi_slopes
         ),

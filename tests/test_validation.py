@@ -189,6 +189,7 @@ def test_packed_batch_resolves():
     assert (args.window_left, args.window_right, args.softmax_scale) == (3, 0, 0.125)
     empty = validate_varlen_args(**packed_args(q=torch.empty(0, 4, 64), cu_seqlens_q=torch.zeros(3, dtype=torch.int32)))
     assert empty.total_q == 0
+    assert (args.headdim_v, validate_varlen_args(**packed_args(v=torch.empty(12, 2, 32))).headdim_v) == (64, 32)
 
 
 @pytest.mark.parametrize(
@@ -196,7 +197,7 @@ def test_packed_batch_resolves():
     [
         ({"q": torch.empty(10, 4)}, ValueError, r"q must have 3 dimensions \(total_q, nheads, headdim\)"),
         ({"q": torch.empty(10, 0, 64)}, ValueError, r"q.shape\[1\] \(nheads\) must be >= 1"),
-        ({"v": torch.empty(11, 2, 64)}, ValueError, "v must have the same shape as k"),
+        ({"v": torch.empty(11, 2, 64)}, ValueError, r"v must have k's \(total_k, nheads_k\), \(12, 2\), and any head"),
         ({"k": torch.empty(12, 3, 64), "v": torch.empty(12, 3, 64)}, ValueError, "must divide q's nheads"),
         ({"cu_seqlens_q": torch.tensor([0, 4, 10])}, TypeError, "cu_seqlens_q must have dtype int32"),
         ({"cu_seqlens_q": [0, 4, 10]}, TypeError, "cu_seqlens_q must be an int32 torch.Tensor"),

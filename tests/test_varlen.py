@@ -170,6 +170,20 @@ def test_head_dims(head_dim, kernel):
     check_against_spec_grads(ours, q[None, sq], k[None, sk], v[None, sk], dout[None, sq], causal=True)
 
 
+@pytest.mark.parametrize("head_dims", [(192, 128), (128, 64), (96, 40)], ids=str)
+def test_v_with_a_head_dim_of_its_own(head_dims):
+    """v's head dim apart from q's in a packed batch (an empty sequence, seqused_q), out with v's head dim."""
+    head_dim, head_dim_v = head_dims
+    lens_q, lens_k, used_q = [1, 200, 0, 77], [130, 64, 5, 300], [1, 150, 0, 77]
+    q = packed(sum(lens_q), 4, head_dim, torch.bfloat16, head_dim)
+    k, v = packed(sum(lens_k), 2, head_dim, torch.bfloat16, 1), packed(sum(lens_k), 2, head_dim_v, torch.bfloat16, 2)
+    seqused_q = torch.tensor(used_q, dtype=torch.int32, device="cuda")
+    sequences = (cu_seqlens(lens_q), cu_seqlens(lens_k), 200, 300)
+    out, lse = flashcute.flash_attn_varlen_func(q, k, v, *sequences, causal=True, seqused_q=seqused_q, return_lse=True)
+    assert out.shape == (sum(lens_q), 4, head_dim_v)
+    check_sequences(out, lse, q, k, v, lens_q, lens_k, used_q=used_q, causal=True)
+
+
 def test_seqused_limits_each_sequence(kernel):
     lens_q, lens_k, used_q, used_k = [70, 0, 130, 200], [90, 40, 129, 0], [64, 0, 1, 150], [90, 7, 128, 0]
     q = packed(sum(lens_q), 4, 128, torch.bfloat16, 1)
