@@ -72,7 +72,8 @@ def flash_attn_with_kvcache(
     block_table (int32 (batch, max_num_blocks_per_seq)), a paged cache (num_blocks, page_block_size, nheads_k,
     headdim) whose position p of sequence b lies in page block_table[b, p // page_block_size] at row
     p % page_block_size (any page size). A sequence's capacity is seqlen_cache, or max_num_blocks_per_seq *
-    page_block_size. nheads % nheads_k == 0 (grouped-query attention).
+    page_block_size. nheads % nheads_k == 0 (grouped-query attention). v_cache (and v) may have a head dim of their
+    own, as flash_attn_func's v (out then has it).
 
     cache_seqlens: int, or int32 (batch,): the keys already in each sequence's cache; None (only without k) means
     the whole capacity. k, v (batch, seqlen_new, nheads_k, headdim), optional (with them seqlen_q must be at most
@@ -112,7 +113,7 @@ def flash_attn_with_kvcache(
     No device value is read on the host: with tensor cache_seqlens a whole step (write and attention) can be
     captured in a CUDA graph and replayed after new values are copied into q, k, v and cache_seqlens.
 
-    Returns out (batch, seqlen_q, nheads, headdim) and, with return_lse, lse (batch, nheads, seqlen_q) float32,
+    Returns out (batch, seqlen_q, nheads, v's headdim) and, with return_lse, lse (batch, nheads, seqlen_q) float32,
     natural log (flash_attn's return_softmax_lse).
     """
     args = validate_kvcache_args(
@@ -178,7 +179,7 @@ def flash_attn_with_kvcache(
         keys, values = k_cache[index], v_cache[index]
     else:
         keys, values = k_cache[:batch], v_cache[:batch]
-    keys, values = (t.reshape(batch * capacity, nheads_k, headdim) for t in (keys, values))
+    keys, values = (t.reshape(batch * capacity, nheads_k, t.shape[-1]) for t in (keys, values))
     first_rows = splitkv.row_starts(batch, capacity, device)
     a = args.attention
     name = kernel or "auto"
@@ -216,7 +217,7 @@ def flash_attn_with_kvcache(
         learnable_sink,
         alibi_slopes,
     )
-    out = out.view(batch, seqlen_q, nheads, headdim)
+    out = out.view(batch, seqlen_q, nheads, v_cache.shape[-1])
     if not return_lse:
         return out
     return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()

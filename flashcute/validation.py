@@ -587,8 +587,11 @@ def validate_kvcache_args(
 
     paged = block_table is not None
     cache_shape = _shape("k_cache", k_cache, PAGED_CACHE_DIMS if paged else CACHE_DIMS)
-    if tuple(v_cache.shape) != cache_shape:
-        raise ValueError(f"v_cache must have k_cache's shape {cache_shape}, got {tuple(v_cache.shape)}")
+    headdim_v = _shape("v_cache", v_cache, PAGED_CACHE_DIMS if paged else CACHE_DIMS)[3]
+    if tuple(v_cache.shape[:3]) != cache_shape[:3]:
+        raise ValueError(
+            f"v_cache must have k_cache's shape {cache_shape} but for its head dim, got {tuple(v_cache.shape)}"
+        )
     _, rows, nheads_k, cache_headdim = cache_shape
     if cache_headdim != headdim:
         raise ValueError(f"k_cache headdim (k_cache.shape[3]) must equal q's ({headdim}), got {cache_headdim}")
@@ -618,7 +621,7 @@ def validate_kvcache_args(
             "are counted by int32 cu_seqlens_k"
         )
 
-    seqlen_new = _check_new_kv(k, v, (batch, nheads_k, headdim), capacity, seqlen_q)
+    seqlen_new = _check_new_kv(k, v, (batch, nheads_k, headdim, headdim_v), capacity, seqlen_q)
     _check_cache_seqlens(cache_seqlens, q, batch, capacity, seqlen_new, k is not None)
     if cache_leftpad is not None:
         _check_int32_vector("cache_leftpad", cache_leftpad, q, batch, "(batch,)")
@@ -638,7 +641,7 @@ def validate_kvcache_args(
         nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
-        headdim_v=headdim,
+        headdim_v=headdim_v,
         causal_align="bottom_right",
         **_score_options(
             q, batch, nheads, headdim, softmax_scale, causal, window_size, softcap, learnable_sink, alibi_slopes
@@ -659,24 +662,24 @@ def _check_block_table(block_table: Any, q: torch.Tensor, batch: int) -> int:
     return block_table.shape[1]
 
 
-def _check_new_kv(k: Any, v: Any, sizes: tuple[int, int, int], capacity: int, seqlen_q: int) -> int:
+def _check_new_kv(k: Any, v: Any, sizes: tuple[int, int, int, int], capacity: int, seqlen_q: int) -> int:
     """seqlen_new, the rows of k and v (0 without them), after checking their shapes against q's batch and the
-    cache's heads and head dim (``sizes``)."""
+    cache's heads and head dims (``sizes``: batch, nheads_k, k_cache's head dim, v_cache's)."""
     if (k is None) != (v is None):
         given = "k" if v is None else "v"
         raise ValueError(f"k and v must be given together (the new keys and values), got only {given}")
     if k is None:
         return 0
-    batch, nheads_k, headdim = sizes
-    for name, t in (("k", k), ("v", v)):
+    batch, nheads_k, *headdims = sizes
+    for name, t, headdim in (("k", k, headdims[0]), ("v", v, headdims[1])):
         shape = tuple(t.shape)
-        if len(shape) != 4 or (shape[0], shape[2], shape[3]) != sizes:
+        if len(shape) != 4 or (shape[0], shape[2], shape[3]) != (batch, nheads_k, headdim):
             raise ValueError(
                 f"{name} must have shape (batch, seqlen_new, nheads_k, headdim) = ({batch}, seqlen_new, {nheads_k}, "
                 f"{headdim}), got {shape}"
             )
-    if tuple(v.shape) != tuple(k.shape):
-        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if v.shape[1] != k.shape[1]:
+        raise ValueError(f"v must have k's seqlen_new ({k.shape[1]}), got shape {tuple(v.shape)}")
     seqlen_new = k.shape[1]
     if seqlen_new > capacity:
         raise ValueError(f"k.shape[1] (seqlen_new) must be at most the cache's capacity ({capacity}), got {seqlen_new}")

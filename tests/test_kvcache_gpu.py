@@ -213,3 +213,39 @@ def test_a_call_the_kernels_cannot_run_writes_nothing(changes, error, message):
     with pytest.raises(error, match=re.escape(message)):
         flashcute.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
     assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["batch", "paged"])
+@pytest.mark.parametrize("seqlen_q, options", [(1, {}), (3, {"causal": True})], ids=["decode", "causal"])
+def test_v_cache_with_a_head_dim_of_its_own(seqlen_q, options, paged):
+    """v_cache (and v) with a head dim apart from k_cache's: the new keys and values written in place, out with v's
+    head dim, against the spec on the gathered cache (one query row takes the split-KV path)."""
+    batch, nheads, nheads_k, headdim, headdim_v, capacity, page = 3, 8, 2, 128, 64, 1024, 256
+    generator = torch.Generator(device="cuda").manual_seed(seqlen_q)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, device="cuda", dtype=torch.bfloat16)
+
+    rows = (batch * capacity // page + 1, page) if paged else (batch, capacity)
+    k_cache, v_cache = randn(*rows, nheads_k, headdim), randn(*rows, nheads_k, headdim_v)
+    order = torch.randperm(rows[0], generator=torch.Generator().manual_seed(0))[: batch * capacity // page]
+    block_table = order.view(batch, capacity // page).to(torch.int32).cuda() if paged else None
+    q, k = randn(batch, seqlen_q, nheads, headdim), randn(batch, seqlen_q, nheads_k, headdim)
+    v = randn(batch, seqlen_q, nheads_k, headdim_v)
+    cache_seqlens = torch.tensor([0, 500, capacity - seqlen_q], dtype=torch.int32, device="cuda")
+    inputs = {"k": k, "v": v, "cache_seqlens": cache_seqlens, "block_table": block_table, **options}
+    on_cpu = {name: t.cpu() if isinstance(t, torch.Tensor) else t for name, t in inputs.items()}
+    _, _, ref_k_cache, ref_v_cache = attention_kvcache_ref(q.cpu(), k_cache.cpu(), v_cache.cpu(), **on_cpu)
+
+    out, lse = flashcute.flash_attn_with_kvcache(q, k_cache, v_cache, **inputs, return_lse=True)
+
+    assert out.shape == (batch, seqlen_q, nheads, headdim_v)
+    assert torch.equal(k_cache.cpu(), ref_k_cache) and torch.equal(v_cache.cpu(), ref_v_cache)
+    for b in range(batch):
+        positions = torch.arange(int(cache_seqlens[b]) + seqlen_q)
+        if paged:
+            slots = (block_table[b].cpu()[positions // page].long(), positions % page)
+        else:
+            slots = (torch.full_like(positions, b), positions)
+        keys, values = (cache[slots].cuda() for cache in (ref_k_cache, ref_v_cache))
+        check_against_spec(out[b : b + 1], lse[b : b + 1], q[b : b + 1], keys[None], values[None], **options)

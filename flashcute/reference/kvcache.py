@@ -76,7 +76,7 @@ def attention_kvcache_ref(
         alibi_slopes=alibi_slopes,
     )
     sink = args.attention.learnable_sink
-    batch, seqlen_q, nheads, headdim = q.shape
+    batch, seqlen_q, nheads, _ = q.shape
     capacity, page = args.capacity, args.page_block_size
     if cache_seqlens is None:
         filled = None
@@ -133,7 +133,7 @@ def attention_kvcache_ref(
             k_cache[slot(b, position)] = rotated(k[b, i].double(), position).to(k_cache.dtype)
             v_cache[slot(b, position)] = v[b, i]
 
-    out = torch.zeros((batch, seqlen_q, nheads, headdim), dtype=torch.float64, device=q.device)
+    out = torch.zeros((batch, seqlen_q, nheads, v_cache.shape[-1]), dtype=torch.float64, device=q.device)
     lse = torch.full((batch, nheads, seqlen_q), -math.inf, dtype=torch.float64, device=q.device)
     for b in range(batch):
         queries = q[b].double()
