@@ -134,7 +134,8 @@ def backward_grads(
     dQ is added across K/V tiles by fp32 atomics (or TMA reduce-adds) by default; ``deterministic`` computes it in
     a kernel that adds in a fixed order, bitwise reproducible."""
     dout = _aligned_grad(dout)
-    family = registry.backward_family(q.device, None if kernel == "auto" else kernel, q.shape[-1], deterministic)
+    name = None if kernel == "auto" else kernel
+    family = registry.backward_family(q.device, name, q.shape[-1], deterministic, head_dim_v=v.shape[-1])
     if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr() | dout.data_ptr()) % 16:
         validate_pointers(q=q, k=k, v=v, out=out, dout=dout)  # names the tensor
     scalars = (softmax_scale, diag_offset, window_left, window_right)
@@ -271,7 +272,7 @@ def flash_attn_func(
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0.
     v's head dim may differ from q's and k's (DeepSeek-style (192, 128)): a multiple of 8 up to q's head-dim bucket
-    (32, 64, 96, 128, 192, 256), out then has v's; the forward only (inputs that require no grad).
+    (32, 64, 96, 128, 192, 256), out then has v's.
     softmax_scale defaults to 1/sqrt(headdim). causal=True masks keys j > i + seqlen_k - seqlen_q (bottom-right,
     flash_attn's convention) or, with causal_align="top_left", keys j > i (the seed's rule). window_size=(left,
     right) keeps keys within [i + offset - left, i + offset + right]; -1 means unbounded. A query that sees no key
@@ -310,7 +311,6 @@ def flash_attn_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        _refuse_backward_of_value_head_dim(plan.args)
         out, lse = FlashAttention.apply(q, k, v, sink, alibi, (*plan.scalars, deterministic))
     elif plan.key_range is not None and not compiling:
         out, lse = _split_kv(q, k, v, plan, sink)
@@ -319,15 +319,6 @@ def flash_attn_func(
     else:
         out, lse = forward_outputs(q, k, v, *plan.scalars, sink, alibi)
     return (out, lse) if return_lse else out
-
-
-def _refuse_backward_of_value_head_dim(args) -> None:
-    """A call that needs the backward must have v's head dim equal to q's: a ValueError naming both otherwise."""
-    if args.headdim_v != args.headdim:
-        raise ValueError(
-            f"v's head dim ({args.headdim_v}) differs from q's ({args.headdim}): the backward needs them equal, so "
-            "such a call takes inputs that require no grad (or torch.no_grad())"
-        )
 
 
 class CallPlan:
@@ -565,7 +556,7 @@ def launch_varlen_bwd(
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), _or_empty(dsink, q)
     dout = _aligned_grad(dout)
     name = None if kernel == "auto" else kernel
-    family = registry.backward_family(q.device, name, q.shape[-1], deterministic, packed=True)
+    family = registry.backward_family(q.device, name, q.shape[-1], deterministic, True, v.shape[-1])
     validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     tensors = (t[None] for t in (dout, q, k, v, out, lse))
@@ -660,7 +651,7 @@ def flash_attn_varlen_func(
     Sequences of length 0 are allowed anywhere. causal, window_size, softcap, learnable_sink, alibi_slopes
     ((nheads,) or (batch, nheads), a row per sequence) and softmax_scale as in flash_attn_func, with each sequence's
     diagonal aligned bottom-right (key j of a sequence is aligned with its query i + seqlen_k - seqlen_q); v's head
-    dim as in flash_attn_func (out takes it; the forward only). Returns
+    dim as in flash_attn_func (out takes it). Returns
     out (total_q, nheads, v's headdim) and, with return_lse, lse (nheads, total_q) float32; rows past a seqused_q get O
     = 0 and LSE = -inf. ``validate=True`` also checks the sequence tensors' values (a host sync: off by default so
     that the call stays asynchronous and graph-capturable).
@@ -701,7 +692,6 @@ def flash_attn_varlen_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        _refuse_backward_of_value_head_dim(args)
         out, lse = FlashAttentionVarlen.apply(q, k, v, sink, alibi, sequences, options)
     elif torch.compiler.is_compiling():
         out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars, sink, alibi)

@@ -182,7 +182,7 @@ def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
         return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.ones_like(lse)
 
     family = SimpleNamespace(backward=fake_bwd)  # what launch_bwd, the op's implementation, launches
-    monkeypatch.setattr(interface.registry, "backward_family", lambda *args: family)
+    monkeypatch.setattr(interface.registry, "backward_family", lambda *args, **kwargs: family)
     graphs = []
 
     def capture(graph_module, example_inputs):

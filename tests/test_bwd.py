@@ -27,7 +27,7 @@ def grads(fn, q, k, v, dout):
 
 def check_grads(q, k, v, atol=1e-4, deterministic=False, kernel=None, **options):
     """flashcute's dQ, dK, dV must be within 2x the same-precision PyTorch baseline's error + atol of float64."""
-    dout = torch.randn_like(q)
+    dout = torch.randn((*q.shape[:-1], v.shape[-1]), device=q.device, dtype=q.dtype)  # out's shape
     run = {"deterministic": deterministic, "kernel": kernel}
     ours = grads(lambda *t: flashcute.flash_attn_func(*t, **run, **options), q, k, v, dout)
     check_against_spec_grads(ours, q, k, v, dout, atol, **options)
@@ -75,6 +75,17 @@ def test_head_dims(dtype, head_dim, causal, kernel):
     q = randn(1, 257, 2, head_dim, dtype=dtype)
     k, v = (randn(1, 190, 2, head_dim, dtype=dtype) for _ in "kv")
     check_grads(q, k, v, kernel=kernel, causal=causal)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("mask", MASKS[:4], ids=str)
+@pytest.mark.parametrize("head_dims", [(192, 128), (128, 64), (96, 40), (72, 64)], ids=str)
+def test_v_with_a_head_dim_of_its_own(head_dims, mask, deterministic):
+    """dQ, dK and dV with v's head dim apart from q's (dV and dO at v's), GQA, partial tiles, the dtypes in turn."""
+    head_dim, head_dim_v = head_dims
+    dtype = (torch.bfloat16, torch.float16)[(head_dim + MASKS.index(mask)) % 2]
+    q, k = randn(2, 137, 4, head_dim, dtype=dtype), randn(2, 201, 2, head_dim, dtype=dtype)
+    check_grads(q, k, randn(2, 201, 2, head_dim_v, dtype=dtype), deterministic=deterministic, **mask)
 
 
 @pytest.mark.parametrize("nheads_k", [1, 2])

@@ -295,13 +295,11 @@ def test_v_with_a_head_dim_of_its_own(head_dims, mask):
     check_against_spec(out, lse, q, k, v, **mask)
 
 
-def test_v_with_a_head_dim_of_its_own_refuses_what_the_kernels_lack():
-    """v's head dim above q's bucket, or a call that needs the backward, gets a clear error before any launch."""
+def test_v_wider_than_the_kernels_take_is_refused():
+    """v's head dim above q's head-dim bucket gets a clear error before any launch."""
     q, k = randn(1, 64, 2, 64), randn(1, 64, 2, 64)
     with pytest.raises(ValueError, match=r"v's headdim \(v.shape\[3\]\) must be a multiple of 8 up to q's head-dim"):
         flashcute.flash_attn_func(q, k, randn(1, 64, 2, 128))
-    with pytest.raises(ValueError, match=r"v's head dim \(32\) differs from q's \(64\): the backward needs"):
-        flashcute.flash_attn_func(q.requires_grad_(), k, randn(1, 64, 2, 32))
 
 
 @pytest.mark.parametrize(

@@ -172,16 +172,24 @@ def test_head_dims(head_dim, kernel):
 
 @pytest.mark.parametrize("head_dims", [(192, 128), (128, 64), (96, 40)], ids=str)
 def test_v_with_a_head_dim_of_its_own(head_dims):
-    """v's head dim apart from q's in a packed batch (an empty sequence, seqused_q), out with v's head dim."""
+    """v's head dim apart from q's in a packed batch (an empty sequence, seqused_q): out with v's head dim, and the
+    gradients of a sequence's counted rows."""
     head_dim, head_dim_v = head_dims
     lens_q, lens_k, used_q = [1, 200, 0, 77], [130, 64, 5, 300], [1, 150, 0, 77]
     q = packed(sum(lens_q), 4, head_dim, torch.bfloat16, head_dim)
     k, v = packed(sum(lens_k), 2, head_dim, torch.bfloat16, 1), packed(sum(lens_k), 2, head_dim_v, torch.bfloat16, 2)
     seqused_q = torch.tensor(used_q, dtype=torch.int32, device="cuda")
     sequences = (cu_seqlens(lens_q), cu_seqlens(lens_k), 200, 300)
-    out, lse = flashcute.flash_attn_varlen_func(q, k, v, *sequences, causal=True, seqused_q=seqused_q, return_lse=True)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out, lse = flashcute.flash_attn_varlen_func(*leaves, *sequences, causal=True, seqused_q=seqused_q, return_lse=True)
     assert out.shape == (sum(lens_q), 4, head_dim_v)
-    check_sequences(out, lse, q, k, v, lens_q, lens_k, used_q=used_q, causal=True)
+    check_sequences(out.detach(), lse, q, k, v, lens_q, lens_k, used_q=used_q, causal=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    cq, ck = starts(lens_q), starts(lens_k)
+    sq, sk = slice(cq[1], cq[1] + used_q[1]), slice(ck[1], ck[2])  # sequence 1's counted rows and its keys
+    ours = (leaves[0].grad[None, sq], leaves[1].grad[None, sk], leaves[2].grad[None, sk])
+    check_against_spec_grads(ours, q[None, sq], k[None, sk], v[None, sk], dout[None, sq], causal=True)
 
 
 def test_seqused_limits_each_sequence(kernel):

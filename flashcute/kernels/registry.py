@@ -5,8 +5,8 @@ without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, d
 dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right,
 packed, softcap=False, sink=False, alibi=False[, head_dim_v])`` (a ``launch(q, k, v, out, lse, softmax_scale,
 diag_offset[, packed_args, softcap, sink, alibi])``; head_dim_v, v's head dim where it is not q's, only where
-``supports_forward(head_dim, head_dim_v)``), ``supports_backward(head_dim, deterministic, packed)`` and ``backward(...,
-deterministic, packed_args, softcap, alibi)``
+``supports_forward(head_dim, head_dim_v)``), ``supports_backward(head_dim, deterministic, packed, head_dim_v=None)``
+and ``backward(..., deterministic, packed_args, softcap, alibi)``
 (returning dq, dk, dv and D = rowsum(dO * O), (batch, nheads, rows >= seqlen_q) float32, 0 past seqlen_q).
 Adding a family is one folder and one line in FAMILIES.
 """
@@ -122,13 +122,21 @@ def forward_once(
 
 
 def backward_family(
-    device: torch.device, kernel: str | None, head_dim: int, deterministic: bool, packed: bool = False
+    device: torch.device,
+    kernel: str | None,
+    head_dim: int,
+    deterministic: bool,
+    packed: bool = False,
+    head_dim_v: int | None = None,
 ) -> ModuleType:
-    """The first family from ``kernel`` on whose backward covers this head dim, mode and batch layout."""
-    key = (device, kernel, head_dim, deterministic, packed)
+    """The first family from ``kernel`` on whose backward covers this head dim, mode and batch layout, and
+    ``head_dim_v``, v's head dim where it is not q's."""
+    head_dim_v = None if head_dim_v == head_dim else head_dim_v
+    key = (device, kernel, head_dim, deterministic, packed, head_dim_v)
     found = _backward_families.get(key)
     if found is None:
-        found = next(f for f in pick(device, kernel) if f.supports_backward(head_dim, deterministic, packed))
+        call = (head_dim, deterministic, packed)
+        found = next(f for f in pick(device, kernel) if f.supports_backward(*call, head_dim_v=head_dim_v))
         _backward_families[key] = found
     return found
 

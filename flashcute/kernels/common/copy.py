@@ -6,6 +6,8 @@ writes zeros (``src-size = 0``), which matters for two buffers: padded head-dim 
 that they add nothing to Q K^T, and V rows past seqlen_k must be zero because P is 0 there and 0 * NaN is NaN.
 """
 
+from types import SimpleNamespace
+
 import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
@@ -69,6 +71,23 @@ def head_dim_predicate(tXcX: cute.Tensor, head_dim: cutlass.Int32) -> cute.Tenso
     return pred
 
 
+def tile_copy(
+    tiled_copy: cute.TiledCopy, tile: tuple, head_dim: cutlass.Int32, check_head_dim: bool, tidx: cutlass.Int32
+) -> SimpleNamespace:
+    """What copy_rows needs to load one kind of (rows, head_dim) tile: the tiled copy, this thread's and thread 0's
+    coordinates in a tile, the head-dim predicate and whether to apply it (fields tiled_copy, tXcX, t0XcX, tXpX,
+    check_hdim)."""
+    coords = cute.make_identity_tensor(tile)
+    tXcX = tiled_copy.get_slice(tidx).partition_S(coords)
+    return SimpleNamespace(
+        tiled_copy=tiled_copy,
+        tXcX=tXcX,
+        t0XcX=tiled_copy.get_slice(0).partition_S(coords),
+        tXpX=head_dim_predicate(tXcX, head_dim),
+        check_hdim=check_head_dim,
+    )
+
+
 @cute.jit
 def copy_rows(
     tiled_copy: cute.TiledCopy,
@@ -101,3 +120,40 @@ def copy_rows(
                 )
             elif cutlass.const_expr(zero_fill_rows):
                 dst[None, m, None].fill(0)
+
+
+def operand_copies(
+    tiled_copy: cute.TiledCopy,
+    tiled_copy_v: cute.TiledCopy,
+    tiles: tuple,
+    head_dims: tuple,
+    check_head_dims: tuple,
+    same_width: bool,
+    tidx: cutlass.Int32,
+) -> tuple:
+    """The backward's tile_copy of Q, K, dO and V, each a (rows, width) tile of ``tiles`` (in that order): Q and K
+    at q's head dim with ``tiled_copy``, dO and V at v's with ``tiled_copy_v``, or Q's and K's own where
+    ``same_width`` (v's head dim is q's). ``head_dims`` and ``check_head_dims``: (q's, v's)."""
+    copy_q, copy_k = (tile_copy(tiled_copy, tile, head_dims[0], check_head_dims[0], tidx) for tile in tiles[:2])
+    if same_width:
+        return copy_q, copy_k, copy_q, copy_k
+    copy_do, copy_v = (tile_copy(tiled_copy_v, tile, head_dims[1], check_head_dims[1], tidx) for tile in tiles[2:])
+    return copy_q, copy_k, copy_do, copy_v
+
+
+@cute.jit
+def load_tile(copy: SimpleNamespace, gmem: cute.Tensor, smem: cute.Tensor, row_limit: cutlass.Int32, tidx):
+    """copy_rows of one (rows, head_dim) tile with ``copy`` (tile_copy's), rows ``>= row_limit`` zero-filled."""
+    thr_copy = copy.tiled_copy.get_slice(tidx)
+    copy_rows(
+        copy.tiled_copy,
+        thr_copy.partition_S(gmem),
+        thr_copy.partition_D(smem),
+        copy.tXcX,
+        copy.t0XcX,
+        copy.tXpX,
+        row_limit,
+        True,
+        copy.check_hdim,
+        True,
+    )

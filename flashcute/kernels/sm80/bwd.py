@@ -10,6 +10,8 @@ Per Q tile, with P and dS staged through shared memory because their transposes 
     dV += P^T dO               dK += dS^T Q         dQ += dS K              (dK and dQ times softmax_scale)
 
 With softcap, S is capped first and dS takes the cap's derivative (kernels/common/softcap.py).
+V, dO and dV may have a head dim of their own (v's, at most q's: BwdConfig.head_dim_v_padded): the inner
+dimension of dP = dO V^T and the width of dV.
 
 Rows past seqlen_q load as zeros with LSE = +inf, so their P and dS are 0; K/V rows past seqlen_k load as zeros
 and their scores are masked, so 0 * garbage never makes a NaN.
@@ -41,6 +43,7 @@ from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_ss
 from flashcute.kernels.common.layout import acc_rows_cols, converted
+from flashcute.kernels.common.limits import exact_value_head_dim, value_head_dim
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad, softcap_grad_kept, softcap_scales
@@ -83,6 +86,7 @@ class FlashAttentionBackwardSm80:
         self.block_m = config.block_m
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
+        self.head_dim_v_padded = value_head_dim(config)  # V's, dO's and dV's: q's, or a smaller bucket
         self.num_stages = config.num_stages
         self.num_threads = config.num_warps * 32
 
@@ -98,9 +102,14 @@ class FlashAttentionBackwardSm80:
         ):
             if warps % warps_along != 0 or rows % (16 * warps_along) != 0:
                 return f"{name}={rows} does not split over {warps_along} of {warps} warps in 16-row MMA atoms"
-        for gemm, warps_along_d in (("dK/dV", warps // config.warps_n_dkv), ("dQ", warps // config.warps_m_dq)):
-            if config.head_dim_padded % (16 * warps_along_d) != 0:
-                return f"{gemm}: {warps_along_d} warps along the head dim do not tile {config.head_dim_padded}"
+        head_dim, head_dim_v = config.head_dim_padded, value_head_dim(config)
+        for gemm, warps_along_d, width in (
+            ("dK", warps // config.warps_n_dkv, head_dim),
+            ("dV", warps // config.warps_n_dkv, head_dim_v),
+            ("dQ", warps // config.warps_m_dq, head_dim),
+        ):
+            if width % (16 * warps_along_d) != 0:
+                return f"{gemm}: {warps_along_d} warps along the head dim do not tile {width}"
         if config.block_n % 64 != 0 or config.block_m % 8 != 0:
             return "block_n must be a multiple of 64 (the P and dS tiles use a 64-wide swizzle atom)"
         if config.num_stages not in (1, 2):
@@ -115,13 +124,13 @@ class FlashAttentionBackwardSm80:
         self,
         mQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
-        mV: cute.Tensor,
-        mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim_v)
+        mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim_v)
         mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
         mD: cute.Tensor,  # (batch, nheads, seqlen_q) float32: rowsum(dO * O)
         mdQaccum: cute.Tensor | None,  # (batch, seqlen_q, nheads, head_dim) float32, zeroed; None: no dQ here
         mdK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
-        mdV: cute.Tensor,
+        mdV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim_v)
         softmax_scale: Float32,
         diag_offset: Int32,
         window_left: Int32,
@@ -137,19 +146,22 @@ class FlashAttentionBackwardSm80:
         mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
     ):
         cfg = self.config
-        atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
+        d, dv = self.head_dim_padded, self.head_dim_v_padded
+        atom, atom_v = (gcopy.smem_layout_atom(self.dtype, n) for n in (d, dv))
         # Q and dO (and LSE and D) have num_stages buffers: (block_m, D, num_stages), (block_m, num_stages)
-        sQ_layout = cute.tile_to_shape(atom, (self.block_m, self.head_dim_padded, self.num_stages), (0, 1, 2))
-        sKV_layout = cute.tile_to_shape(atom, (self.block_n, self.head_dim_padded), (0, 1))
+        sQ_layout = cute.tile_to_shape(atom, (self.block_m, d, self.num_stages), (0, 1, 2))
+        sdO_layout = cute.tile_to_shape(atom_v, (self.block_m, dv, self.num_stages), (0, 1, 2))
+        sK_layout = cute.tile_to_shape(atom, (self.block_n, d), (0, 1))
+        sV_layout = cute.tile_to_shape(atom_v, (self.block_n, dv), (0, 1))
         sP_layout = cute.tile_to_shape(gcopy.smem_layout_atom(self.dtype, 64), (self.block_m, self.block_n), (0, 1))
         sLSE_layout = cute.make_layout((self.block_m, self.num_stages))
 
         @cute.struct
         class SharedStorage:
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdO_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
             sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
             sLSE: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sLSE_layout)], 1024]
@@ -161,8 +173,10 @@ class FlashAttentionBackwardSm80:
         tiled_mma_sdp = _tiled_mma(self.dtype, cfg.warps_m_sdp, warps // cfg.warps_m_sdp)
         tiled_mma_dkv = _tiled_mma(self.dtype, cfg.warps_n_dkv, warps // cfg.warps_n_dkv)
         tiled_mma_dq = _tiled_mma(self.dtype, cfg.warps_m_dq, warps // cfg.warps_m_dq)
-        gmem_tiled_copy_load = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True)
-        gmem_tiled_copy_store = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False)
+        gmem_tiled_copy_load = gcopy.make_gmem_tiled_copy(self.dtype, d, self.num_threads, True)
+        gmem_tiled_copy_load_v = gcopy.make_gmem_tiled_copy(self.dtype, dv, self.num_threads, True)
+        gmem_tiled_copy_store = gcopy.make_gmem_tiled_copy(self.dtype, d, self.num_threads, False)
+        gmem_tiled_copy_store_v = gcopy.make_gmem_tiled_copy(self.dtype, dv, self.num_threads, False)
         gmem_tiled_copy_stats = gcopy.make_row_stats_copy(self.block_m)
 
         batch, seqlen_k = mK.shape[0], mK.shape[1]
@@ -191,11 +205,15 @@ class FlashAttentionBackwardSm80:
             window_right,
             num_n_blocks,
             sQ_layout,
-            sKV_layout,
+            sdO_layout,
+            sK_layout,
+            sV_layout,
             sP_layout,
             sLSE_layout,
             gmem_tiled_copy_load,
+            gmem_tiled_copy_load_v,
             gmem_tiled_copy_store,
+            gmem_tiled_copy_store_v,
             gmem_tiled_copy_stats,
             tiled_mma_sdp,
             tiled_mma_dkv,
@@ -233,11 +251,15 @@ class FlashAttentionBackwardSm80:
         window_right: Int32,
         num_n_blocks: Int32,
         sQ_layout: cute.ComposedLayout,
-        sKV_layout: cute.ComposedLayout,
+        sdO_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
         sP_layout: cute.ComposedLayout,
         sLSE_layout: cute.Layout,
         gmem_tiled_copy_load: cute.TiledCopy,
+        gmem_tiled_copy_load_v: cute.TiledCopy,
         gmem_tiled_copy_store: cute.TiledCopy,
+        gmem_tiled_copy_store_v: cute.TiledCopy,
         gmem_tiled_copy_stats: cute.TiledCopy,
         tiled_mma_sdp: cute.TiledMma,
         tiled_mma_dkv: cute.TiledMma,
@@ -257,7 +279,8 @@ class FlashAttentionBackwardSm80:
         seq = SeqLens(batch_idx, mQ.shape[1], mK.shape[1], diag_offset, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK)
         seqlen_q, seqlen_k = seq.seqlen_q, seq.seqlen_k
         head_dim = mQ.shape[3]
-        check_hdim = not cfg.exact_head_dim
+        head_dim_v = head_dim if cutlass.const_expr(cfg.head_dim_v_padded is None) else mV.shape[3]
+        check_hdim, check_hdim_v = not cfg.exact_head_dim, not exact_value_head_dim(cfg)
         tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, seq.diag_offset, window_left, window_right)
         m_block_min, m_block_max = tile_info.m_block_range(n_block)
         if cutlass.const_expr(seq.packed):  # noqa: SIM102 (a compile-time test around a run-time one)
@@ -266,15 +289,17 @@ class FlashAttentionBackwardSm80:
         scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
 
         tile_q = (self.block_m, self.head_dim_padded)
-        tile_kv = (self.block_n, self.head_dim_padded)
-        gK = cute.local_tile(seq.rows_k(mK, kv_head_idx), tile_kv, (n_block, 0))
-        gV = cute.local_tile(seq.rows_k(mV, kv_head_idx), tile_kv, (n_block, 0))
+        tile_do = (self.block_m, self.head_dim_v_padded)
+        tile_k = (self.block_n, self.head_dim_padded)
+        tile_v = (self.block_n, self.head_dim_v_padded)
+        gK = cute.local_tile(seq.rows_k(mK, kv_head_idx), tile_k, (n_block, 0))
+        gV = cute.local_tile(seq.rows_k(mV, kv_head_idx), tile_v, (n_block, 0))
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         sQ = storage.sQ.get_tensor(sQ_layout)  # (block_m, D, num_stages)
-        sdO = storage.sdO.get_tensor(sQ_layout)
-        sK = storage.sK.get_tensor(sKV_layout)
-        sV = storage.sV.get_tensor(sKV_layout)
+        sdO = storage.sdO.get_tensor(sdO_layout)  # (block_m, Dv, num_stages)
+        sK = storage.sK.get_tensor(sK_layout)
+        sV = storage.sV.get_tensor(sV_layout)
         sP = storage.sP.get_tensor(sP_layout)
         sdS = storage.sdS.get_tensor(sP_layout)
         sLSE = storage.sLSE.get_tensor(sLSE_layout)  # (block_m, num_stages)
@@ -282,32 +307,23 @@ class FlashAttentionBackwardSm80:
         sPt = _transposed(sP, self.block_m, self.block_n)  # (block_n, block_m)
         sdSt = _transposed(sdS, self.block_m, self.block_n)
         sQt = _transposed(sQ, self.block_m, self.head_dim_padded, self.num_stages)  # (D, block_m, num_stages)
-        sdOt = _transposed(sdO, self.block_m, self.head_dim_padded, self.num_stages)
+        sdOt = _transposed(sdO, self.block_m, self.head_dim_v_padded, self.num_stages)  # (Dv, block_m, num_stages)
         sKt = _transposed(sK, self.block_n, self.head_dim_padded)  # (D, block_n)
 
         # ---- step 2: K and V once; Q, dO, LSE and D per Q tile (rows past seqlen_q zero-filled)
-        gmem_thr_copy = gmem_tiled_copy_load.get_slice(tidx)
-        gmem_thr0_copy = gmem_tiled_copy_load.get_slice(0)
-        tQcQ = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_q))
-        t0QcQ = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_q))
-        tKcK = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_kv))
-        t0KcK = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_kv))
-        tQpQ = gcopy.head_dim_predicate(tQcQ, head_dim)
-        tKpK = gcopy.head_dim_predicate(tKcK, head_dim)
+        # each tile's copy (copy.tile_copy): dO's and V's are Q's and K's where v's head dim is q's
+        copy_q, copy_k, copy_do, copy_v = gcopy.operand_copies(
+            gmem_tiled_copy_load,
+            gmem_tiled_copy_load_v,
+            (tile_q, tile_k, tile_do, tile_v),
+            (head_dim, head_dim_v),
+            (check_hdim, check_hdim_v),
+            cutlass.const_expr(cfg.head_dim_v_padded is None),
+            tidx,
+        )
         kv_rows_left = seqlen_k - n_block * self.block_n
-        for g, s in ((gK, sK), (gV, sV)):
-            gcopy.copy_rows(
-                gmem_tiled_copy_load,
-                gmem_thr_copy.partition_S(g),
-                gmem_thr_copy.partition_D(s),
-                tKcK,
-                t0KcK,
-                tKpK,
-                kv_rows_left,
-                True,
-                check_hdim,
-                True,
-            )
+        for g, s, c in ((gK, sK, copy_k), (gV, sV, copy_v)):
+            gcopy.load_tile(c, g, s, kv_rows_left, tidx)
         cute.arch.cp_async_commit_group()
 
         # ---- MMA partitions and the shared -> register copies of every operand
@@ -334,8 +350,8 @@ class FlashAttentionBackwardSm80:
             rdS=thr_mma_dq.make_fragment_A(thr_mma_dq.partition_A(sdS)),
             rKt=thr_mma_dq.make_fragment_B(thr_mma_dq.partition_B(sKt)),
         )
-        acc_dK = cute.make_rmem_tensor(thr_mma_dkv.partition_shape_C(tile_kv), Float32)
-        acc_dV = cute.make_rmem_tensor(thr_mma_dkv.partition_shape_C(tile_kv), Float32)
+        acc_dK = cute.make_rmem_tensor(thr_mma_dkv.partition_shape_C(tile_k), Float32)
+        acc_dV = cute.make_rmem_tensor(thr_mma_dkv.partition_shape_C(tile_v), Float32)
         acc_dK.fill(0.0)
         acc_dV.fill(0.0)
         mask = AttentionMask(tile_info, thr_mma_sdp, tiled_mma_sdp.get_slice(0))
@@ -356,14 +372,11 @@ class FlashAttentionBackwardSm80:
             num_m_blocks=m_block_max - m_block_min,
             m_block_min=m_block_min,
             first_head_idx=kv_head_idx * qheads_per_kvhead,
-            # step 2's partitions of Q, dO, LSE, D (smem sides with their stage mode last)
-            gmem_tiled_copy_load=gmem_tiled_copy_load,
-            gmem_thr_copy=gmem_thr_copy,
-            tQsQ=gmem_thr_copy.partition_D(sQ),
-            tdOsdO=gmem_thr_copy.partition_D(sdO),
-            tQcQ=tQcQ,
-            t0QcQ=t0QcQ,
-            tQpQ=tQpQ,
+            # step 2's copies and partitions of Q, dO, LSE, D (smem sides with their stage mode last)
+            copy_q=copy_q,
+            copy_do=copy_do,
+            tQsQ=copy_q.tiled_copy.get_slice(tidx).partition_D(sQ),
+            tdOsdO=copy_do.tiled_copy.get_slice(tidx).partition_D(sdO),
             gmem_tiled_copy_stats=gmem_tiled_copy_stats,
             gmem_thr_copy_stats=gmem_thr_copy_stats,
             tLSEsLSE=gmem_thr_copy_stats.partition_D(sLSE),
@@ -414,12 +427,12 @@ class FlashAttentionBackwardSm80:
 
         # ---- step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes)
         acc_dK.store(acc_dK.load() * softmax_scale)
-        gdK = cute.local_tile(seq.rows_k(mdK, kv_head_idx), tile_kv, (n_block, 0))
-        gdV = cute.local_tile(seq.rows_k(mdV, kv_head_idx), tile_kv, (n_block, 0))
+        gdK = cute.local_tile(seq.rows_k(mdK, kv_head_idx), tile_k, (n_block, 0))
+        gdV = cute.local_tile(seq.rows_k(mdV, kv_head_idx), tile_v, (n_block, 0))
         cute.arch.cp_async_wait_group(0)  # the loop may have run zero times: K and V may still be landing
         cute.arch.sync_threads()  # every warp is done reading sK and sV
         store_o(acc_dK, sK, gdK, tiled_mma_dkv, gmem_tiled_copy_store, tidx, kv_rows_left, head_dim, check_hdim)
-        store_o(acc_dV, sV, gdV, tiled_mma_dkv, gmem_tiled_copy_store, tidx, kv_rows_left, head_dim, check_hdim)
+        store_o(acc_dV, sV, gdV, tiled_mma_dkv, gmem_tiled_copy_store_v, tidx, kv_rows_left, head_dim_v, check_hdim_v)
 
     def tile_coords(self, st: SimpleNamespace, t: Int32) -> tuple[Int32, Int32]:
         """(head_idx, m_block) of tile t of the walk."""
@@ -433,22 +446,22 @@ class FlashAttentionBackwardSm80:
     def load_q_tile(self, st: SimpleNamespace, head_idx: Int32, m_block: Int32, stage: Int32):
         """Step 2 for one Q tile: cp.async of Q and dO (rows past seqlen_q zero-filled), LSE and D (rows past
         seqlen_q left unloaded) into ``stage``. The caller commits the group."""
-        cfg = self.config
         tile_q = (self.block_m, self.head_dim_padded)
+        tile_do = (self.block_m, self.head_dim_v_padded)
         rows_left = st.seqlen_q - m_block * self.block_m
         gQ = cute.local_tile(st.seq.rows_q(st.mQ, head_idx), tile_q, (m_block, 0))
-        gdO = cute.local_tile(st.seq.rows_q(st.mdO, head_idx), tile_q, (m_block, 0))
-        for g, tXsX in ((gQ, st.tQsQ), (gdO, st.tdOsdO)):
+        gdO = cute.local_tile(st.seq.rows_q(st.mdO, head_idx), tile_do, (m_block, 0))
+        for g, tXsX, c in ((gQ, st.tQsQ, st.copy_q), (gdO, st.tdOsdO, st.copy_do)):
             gcopy.copy_rows(
-                st.gmem_tiled_copy_load,
-                st.gmem_thr_copy.partition_S(g),
+                c.tiled_copy,
+                c.tiled_copy.get_slice(st.tidx).partition_S(g),
                 tXsX[None, None, None, stage],
-                st.tQcQ,
-                st.t0QcQ,
-                st.tQpQ,
+                c.tXcX,
+                c.t0XcX,
+                c.tXpX,
                 rows_left,
                 True,
-                not cfg.exact_head_dim,
+                c.check_hdim,
                 True,
             )
         # thread r < block_m loads row r's LSE and D (partitioned out here: a method called on a value inside a

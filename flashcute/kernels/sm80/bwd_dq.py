@@ -6,7 +6,8 @@ dQ += dS K with dS still in the registers that computed it (the A operand, as P 
 
     S = Q K^T,  P = exp2(S * scale_log2 - LSE * log2 e),  dP = dO V^T,  dS = P * (dP - D),  dQ += dS K
 
-(with softcap, S capped first and dS times the cap's derivative: kernels/common/softcap.py).
+(with softcap, S capped first and dS times the cap's derivative: kernels/common/softcap.py). dO and V may have a
+head dim of their own (v's, at most q's: DQConfig.head_dim_v_padded), the inner dimension of dP = dO V^T.
 
 Each element of dQ is then a sum in one thread, in one order: bitwise reproducible. The dK/dV kernel runs beside
 it with its dQ atomics turned off (BwdConfig.accumulate_dq = False).
@@ -26,6 +27,7 @@ from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.gemm import gemm_rs, gemm_ss
 from flashcute.kernels.common.layout import acc_as_operand_a, acc_rows_cols, converted
+from flashcute.kernels.common.limits import exact_value_head_dim, value_head_dim
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad, softcap_grad_kept, softcap_scales
@@ -44,6 +46,7 @@ class FlashAttentionBackwardDQSm80:
         self.block_m = config.block_m
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
+        self.head_dim_v_padded = value_head_dim(config)  # dO's and V's: q's, or a smaller bucket
         self.num_threads = config.num_warps * 32
 
     @staticmethod
@@ -58,8 +61,8 @@ class FlashAttentionBackwardDQSm80:
         self,
         mQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
-        mV: cute.Tensor,
-        mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim_v)
+        mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim_v)
         mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
         mD: cute.Tensor,  # (batch, nheads, seqlen_q) float32: rowsum(dO * O)
         mdQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim), the output
@@ -77,16 +80,19 @@ class FlashAttentionBackwardDQSm80:
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
         mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
     ):
-        atom = gcopy.smem_layout_atom(self.dtype, self.head_dim_padded)
-        sQ_layout = cute.tile_to_shape(atom, (self.block_m, self.head_dim_padded), (0, 1))
-        sKV_layout = cute.tile_to_shape(atom, (self.block_n, self.head_dim_padded), (0, 1))
+        d, dv = self.head_dim_padded, self.head_dim_v_padded
+        atom, atom_v = (gcopy.smem_layout_atom(self.dtype, n) for n in (d, dv))
+        sQ_layout = cute.tile_to_shape(atom, (self.block_m, d), (0, 1))
+        sdO_layout = cute.tile_to_shape(atom_v, (self.block_m, dv), (0, 1))
+        sK_layout = cute.tile_to_shape(atom, (self.block_n, d), (0, 1))
+        sV_layout = cute.tile_to_shape(atom_v, (self.block_n, dv), (0, 1))
 
         @cute.struct
         class SharedStorage:
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdO_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
 
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(self.dtype, Float32, (16, 8, 16)),
@@ -117,9 +123,12 @@ class FlashAttentionBackwardDQSm80:
             window_right,
             num_m_blocks,
             sQ_layout,
-            sKV_layout,
-            gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, True),
-            gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False),
+            sdO_layout,
+            sK_layout,
+            sV_layout,
+            gcopy.make_gmem_tiled_copy(self.dtype, d, self.num_threads, True),
+            gcopy.make_gmem_tiled_copy(self.dtype, dv, self.num_threads, True),
+            gcopy.make_gmem_tiled_copy(self.dtype, d, self.num_threads, False),
             tiled_mma,
             SharedStorage,
         ).launch(
@@ -151,8 +160,11 @@ class FlashAttentionBackwardDQSm80:
         window_right: Int32,
         num_m_blocks: Int32,
         sQ_layout: cute.ComposedLayout,
-        sKV_layout: cute.ComposedLayout,
+        sdO_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
         gmem_tiled_copy_load: cute.TiledCopy,
+        gmem_tiled_copy_load_v: cute.TiledCopy,
         gmem_tiled_copy_store: cute.TiledCopy,
         tiled_mma: cute.TiledMma,
         SharedStorage: cutlass.Constexpr,
@@ -169,46 +181,39 @@ class FlashAttentionBackwardDQSm80:
         kv_head_idx = head_idx // (nheads // mK.shape[2])
         seq = SeqLens(batch_idx, mQ.shape[1], mK.shape[1], diag_offset, mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK)
         seqlen_q, seqlen_k, head_dim = seq.seqlen_q, seq.seqlen_k, mQ.shape[3]
-        check_hdim = not cfg.exact_head_dim
+        head_dim_v = head_dim if cutlass.const_expr(cfg.head_dim_v_padded is None) else mV.shape[3]
+        check_hdim, check_hdim_v = not cfg.exact_head_dim, not exact_value_head_dim(cfg)
         tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, seq.diag_offset, window_left, window_right)
         n_block_min, n_block_max = tile_info.n_block_range(m_block)
         if cutlass.const_expr(seq.packed):  # noqa: SIM102 (a compile-time test around a run-time one)
             if m_block * self.block_m >= seqlen_q:  # past a shorter sequence's end: no rows, nothing to visit
                 n_block_max = n_block_min
         tile_q = (self.block_m, self.head_dim_padded)
-        tile_kv = (self.block_n, self.head_dim_padded)
+        tile_do = (self.block_m, self.head_dim_v_padded)
+        tile_k = (self.block_n, self.head_dim_padded)
+        tile_v = (self.block_n, self.head_dim_v_padded)
 
         storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         sQ = storage.sQ.get_tensor(sQ_layout)
-        sdO = storage.sdO.get_tensor(sQ_layout)
-        sK = storage.sK.get_tensor(sKV_layout)
-        sV = storage.sV.get_tensor(sKV_layout)
+        sdO = storage.sdO.get_tensor(sdO_layout)  # (block_m, Dv)
+        sK = storage.sK.get_tensor(sK_layout)
+        sV = storage.sV.get_tensor(sV_layout)  # (block_n, Dv)
         sKt = cute.composition(sK, cute.make_layout((self.head_dim_padded, self.block_n), stride=(self.block_n, 1)))
 
         # ---- step 2: Q and dO once (rows past seqlen_q zero-filled); K and V per tile
-        gmem_thr_copy = gmem_tiled_copy_load.get_slice(tidx)
-        gmem_thr0_copy = gmem_tiled_copy_load.get_slice(0)
-        tQcQ = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_q))
-        t0QcQ = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_q))
-        tKcK = gmem_thr_copy.partition_S(cute.make_identity_tensor(tile_kv))
-        t0KcK = gmem_thr0_copy.partition_S(cute.make_identity_tensor(tile_kv))
-        tQpQ = gcopy.head_dim_predicate(tQcQ, head_dim)
-        tKpK = gcopy.head_dim_predicate(tKcK, head_dim)
+        # each tile's copy (copy.tile_copy): dO's and V's are Q's and K's where v's head dim is q's
+        copy_q, copy_k, copy_do, copy_v = gcopy.operand_copies(
+            gmem_tiled_copy_load,
+            gmem_tiled_copy_load_v,
+            (tile_q, tile_k, tile_do, tile_v),
+            (head_dim, head_dim_v),
+            (check_hdim, check_hdim_v),
+            cutlass.const_expr(cfg.head_dim_v_padded is None),
+            tidx,
+        )
         rows_left = seqlen_q - m_block * self.block_m
-        for m, s in ((mQ, sQ), (mdO, sdO)):
-            g = cute.local_tile(seq.rows_q(m, head_idx), tile_q, (m_block, 0))
-            gcopy.copy_rows(
-                gmem_tiled_copy_load,
-                gmem_thr_copy.partition_S(g),
-                gmem_thr_copy.partition_D(s),
-                tQcQ,
-                t0QcQ,
-                tQpQ,
-                rows_left,
-                True,
-                check_hdim,
-                True,
-            )
+        for m, s, tile, c in ((mQ, sQ, tile_q, copy_q), (mdO, sdO, tile_do, copy_do)):
+            gcopy.load_tile(c, cute.local_tile(seq.rows_q(m, head_idx), tile, (m_block, 0)), s, rows_left, tidx)
         cute.arch.cp_async_commit_group()
 
         thr_mma = tiled_mma.get_slice(tidx)
@@ -239,11 +244,9 @@ class FlashAttentionBackwardDQSm80:
             sK=sK,
             sV=sV,
             sKt=sKt,
-            gmem_tiled_copy_load=gmem_tiled_copy_load,
-            gmem_thr_copy=gmem_thr_copy,
-            tKcK=tKcK,
-            t0KcK=t0KcK,
-            tKpK=tKpK,
+            copy_k=copy_k,
+            copy_v=copy_v,
+            tidx=tidx,
             tiled_mma=tiled_mma,
             thr_mma=thr_mma,
             copy_A=copy_A,
@@ -279,22 +282,13 @@ class FlashAttentionBackwardDQSm80:
     ):
         """One K/V tile: recompute P and dS for this dQ tile and add dS K to dQ."""
         cfg = self.config
-        check_hdim = not cfg.exact_head_dim
-        tile_kv = (self.block_n, self.head_dim_padded)
+        tile_k = (self.block_n, self.head_dim_padded)
+        tile_v = (self.block_n, self.head_dim_v_padded)
         # K, V -> shared memory (rows past seqlen_k zero-filled); every warp is done with the last tile
-        for m, s in ((st.mK, st.sK), (st.mV, st.sV)):
-            g = cute.local_tile(st.seq.rows_k(m, st.kv_head_idx), tile_kv, (n_block, 0))
-            gcopy.copy_rows(
-                st.gmem_tiled_copy_load,
-                st.gmem_thr_copy.partition_S(g),
-                st.gmem_thr_copy.partition_D(s),
-                st.tKcK,
-                st.t0KcK,
-                st.tKpK,
-                st.seqlen_k - n_block * self.block_n,
-                True,
-                check_hdim,
-                True,
+        rows_left = st.seqlen_k - n_block * self.block_n
+        for m, s, tile, c in ((st.mK, st.sK, tile_k, st.copy_k), (st.mV, st.sV, tile_v, st.copy_v)):
+            gcopy.load_tile(
+                c, cute.local_tile(st.seq.rows_k(m, st.kv_head_idx), tile, (n_block, 0)), s, rows_left, st.tidx
             )
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)

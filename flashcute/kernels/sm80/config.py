@@ -87,6 +87,14 @@ def _forward_tiles(bucket: int, masked: bool) -> tuple[tuple[int, int, int, int]
     return ((128, 128, 8, 1), (128, 64, 8, 1))
 
 
+def _value_fields(head_dim: int, head_dim_v: int | None) -> dict:
+    """A config's v head-dim fields: none where v's head dim is q's (or not given)."""
+    if head_dim_v is None or head_dim_v == head_dim:
+        return {}
+    bucket_v = head_dim_bucket(head_dim_v)
+    return {"head_dim_v_padded": bucket_v, "exact_head_dim_v": head_dim_v == bucket_v}
+
+
 @functools.cache
 def fwd_config(
     head_dim: int,
@@ -105,10 +113,6 @@ def fwd_config(
     ALiBi biases, each with the same tiles; ``head_dim_v``: v's head dim where it is not q's, at most q's bucket:
     q's tiles, which then hold smaller V tiles and O)."""
     bucket = head_dim_bucket(head_dim)
-    values = {}
-    if head_dim_v is not None and head_dim_v != head_dim:
-        bucket_v = head_dim_bucket(head_dim_v)
-        values = {"head_dim_v_padded": bucket_v, "exact_head_dim_v": head_dim_v == bucket_v}
     mask_right, mask_left = masks(window_left, window_right)
     for block_m, block_n, num_warps, num_stages in _forward_tiles(bucket, mask_right or mask_left):
         config = FwdConfig(
@@ -127,7 +131,7 @@ def fwd_config(
             softcap=softcap,
             sink=sink,
             alibi=alibi,
-            **values,
+            **_value_fields(head_dim, head_dim_v),
         )
         if config.smem_bytes() <= smem_limit(arch):
             break
@@ -148,6 +152,8 @@ class BwdConfig:
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
     softcap: the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py).
     alibi: the scores take the ALiBi bias (kernels/common/alibi.py).
+    head_dim_v_padded, exact_head_dim_v: v's (and out's, dO's, dV's) head-dim bucket where it is not q's and k's,
+    and whether v's head dim equals it, as in FwdConfig.
     """
 
     dtype: str
@@ -166,6 +172,8 @@ class BwdConfig:
     packed: bool = False
     softcap: bool = False
     alibi: bool = False
+    head_dim_v_padded: int | None = None
+    exact_head_dim_v: bool = True
 
     @property
     def label(self) -> str:
@@ -175,10 +183,10 @@ class BwdConfig:
         return attention_label(self, prefix, tiles)
 
     def smem_bytes(self) -> int:
-        """num_stages Q and dO tiles, K and V tiles, P and dS tiles (2 bytes an element), num_stages LSE and D
-        rows (4 bytes an element, each array padded to 1 KB like the tiles)."""
-        d = self.head_dim_padded
-        tiles = 2 * (2 * self.num_stages * self.block_m * d + 2 * self.block_n * d + 2 * self.block_m * self.block_n)
+        """num_stages Q and dO tiles, K and V tiles (dO and V at v's head dim), P and dS tiles (2 bytes an element),
+        num_stages LSE and D rows (4 bytes an element, each array padded to 1 KB like the tiles)."""
+        widths = self.head_dim_padded + value_head_dim(self)
+        tiles = 2 * ((self.num_stages * self.block_m + self.block_n) * widths + 2 * self.block_m * self.block_n)
         row_stats = 2 * -(-4 * self.num_stages * self.block_m // 1024) * 1024
         return tiles + row_stats
 
@@ -204,9 +212,10 @@ def bwd_config(
     packed: bool = False,
     softcap: bool = False,
     alibi: bool = False,
+    head_dim_v: int | None = None,
 ) -> BwdConfig:
-    """The heuristic for the sm80 dK/dV kernel (window_right = 0 is causal; ``packed``, ``softcap`` and ``alibi`` as
-    in fwd_config)."""
+    """The heuristic for the sm80 dK/dV kernel (window_right = 0 is causal; ``packed``, ``softcap``, ``alibi`` and
+    ``head_dim_v`` as in fwd_config: q's tiles, which then hold smaller V and dO tiles)."""
     bucket = head_dim_bucket(head_dim)
     block_m, block_n, num_warps, warps_m_sdp, warps_n_dkv, warps_m_dq, num_stages = _backward_tiles(bucket)
     mask_right, mask_left = masks(window_left, window_right)
@@ -227,14 +236,15 @@ def bwd_config(
         packed=packed,
         softcap=softcap,
         alibi=alibi,
+        **_value_fields(head_dim, head_dim_v),
     )
 
 
 @dataclass(frozen=True)
 class DQConfig:
     """The deterministic dQ kernel (kernels/sm80/bwd_dq.py): one thread block per (block_m, head_dim) tile of dQ,
-    walking its K/V tiles in order, num_warps warps stacked along M (the forward's shape of work); packed and
-    softcap and alibi as in BwdConfig."""
+    walking its K/V tiles in order, num_warps warps stacked along M (the forward's shape of work); packed,
+    softcap, alibi and v's head dim (head_dim_v_padded, exact_head_dim_v) as in BwdConfig."""
 
     dtype: str
     head_dim_padded: int
@@ -247,6 +257,8 @@ class DQConfig:
     packed: bool = False
     softcap: bool = False
     alibi: bool = False
+    head_dim_v_padded: int | None = None
+    exact_head_dim_v: bool = True
 
     @property
     def label(self) -> str:
@@ -254,8 +266,8 @@ class DQConfig:
         return attention_label(self, "dq", f"{self.block_m}x{self.block_n}w{self.num_warps}")
 
     def smem_bytes(self) -> int:
-        """Q and dO tiles, K and V tiles, 2 bytes an element."""
-        return 2 * self.head_dim_padded * 2 * (self.block_m + self.block_n)
+        """Q and dO tiles, K and V tiles (dO and V at v's head dim), 2 bytes an element."""
+        return 2 * (self.head_dim_padded + value_head_dim(self)) * (self.block_m + self.block_n)
 
 
 @functools.cache
@@ -267,8 +279,9 @@ def dq_config(
     packed: bool = False,
     softcap: bool = False,
     alibi: bool = False,
+    head_dim_v: int | None = None,
 ) -> DQConfig:
-    """The heuristic for the deterministic dQ kernel."""
+    """The heuristic for the deterministic dQ kernel (``head_dim_v`` as in bwd_config)."""
     bucket = head_dim_bucket(head_dim)
     mask_right, mask_left = masks(window_left, window_right)
     return DQConfig(
@@ -284,4 +297,5 @@ def dq_config(
         packed=packed,
         softcap=softcap,
         alibi=alibi,
+        **_value_fields(head_dim, head_dim_v),
     )

@@ -61,13 +61,13 @@ def compile(config: FwdConfig | BwdConfig | DQConfig, arch: str, dump_dir: Path 
 
         tensors = (p.q_like(), p.kv_like(), p.v_like(), p.o_like(), p.row_stats())
         return build(FlashAttentionForwardSm80(config), *tensors)
-    inputs = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.row_stats())
+    inputs = (p.q_like(), p.kv_like(), p.v_like(), p.o_like(), p.row_stats(), p.row_stats())  # dout is out-shaped
     if isinstance(config, BwdConfig):
         from flashcute.kernels.sm80.bwd import FlashAttentionBackwardSm80
 
         dq_accum = p.q_like(cutlass.Float32) if config.accumulate_dq else None
         kernel = FlashAttentionBackwardSm80(config, arch)
-        return build(kernel, *inputs, dq_accum, p.kv_like(), p.kv_like())
+        return build(kernel, *inputs, dq_accum, p.kv_like(), p.v_like())
     from flashcute.kernels.sm80.bwd_dq import FlashAttentionBackwardDQSm80
 
     return build(FlashAttentionBackwardDQSm80(config), *inputs, p.q_like())
@@ -77,22 +77,23 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
     """The heuristics' configs by kernel kind, per dtype x head-dim bucket x (window_left, window_right) (x exact
     and padded head dim) on target ``arch``."""
     kinds = {
-        "fwd": lambda d, t, w: fwd_config(d, t, *w, arch=arch),
-        "bwd": lambda d, t, w: bwd_config(d, t, *w),
-        "bwd-deterministic": lambda d, t, w: bwd_config(d, t, *w, deterministic=True),
-        "dq": lambda d, t, w: dq_config(d, t, *w),
+        "fwd": lambda d, t, w, **v: fwd_config(d, t, *w, arch=arch, **v),
+        "bwd": lambda d, t, w, **v: bwd_config(d, t, *w, **v),
+        "bwd-deterministic": lambda d, t, w, **v: bwd_config(d, t, *w, deterministic=True, **v),
+        "dq": lambda d, t, w, **v: dq_config(d, t, *w, **v),
     }
     found = {kind: [] for kind in kinds}
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
         for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
             for kind, make in kinds.items():
                 found[kind].append(make(head_dim, dtype, window))
-    # v's head dim apart from q's (the forward alone): the pairs models use, for each dtype and mask
-    found["fwd-value"] = [
-        fwd_config(head_dim, dtype, *window, arch=arch, head_dim_v=head_dim_v)
-        for dtype, (head_dim, head_dim_v), window in itertools.product(dtypes, VALUE_HEAD_DIMS, masks)
-        if head_dim in buckets
-    ]
+    # v's head dim apart from q's: the pairs models use, for each dtype and mask
+    for kind, make in kinds.items():
+        found[f"{kind}-value"] = [
+            make(head_dim, dtype, window, head_dim_v=head_dim_v)
+            for dtype, (head_dim, head_dim_v), window in itertools.product(dtypes, VALUE_HEAD_DIMS, masks)
+            if head_dim in buckets
+        ]
     # packed batches, capped scores, sinks (the forward alone) and ALiBi: the exact head dims (each is orthogonal to
     # padding)
     for variant, variant_kinds in (("packed", kinds), ("softcap", kinds), ("sink", ("fwd",)), ("alibi", kinds)):
@@ -160,8 +161,9 @@ def supports_forward(head_dim: int, head_dim_v: int) -> bool:
     return head_dim_v <= head_dim_bucket(head_dim)
 
 
-def supports_backward(head_dim: int, deterministic: bool, packed: bool) -> bool:
-    return True
+def supports_backward(head_dim: int, deterministic: bool, packed: bool, head_dim_v: int | None = None) -> bool:
+    """Whether the backward covers the call: every one, with v's head dim (where it is not q's) as the forward's."""
+    return head_dim_v is None or supports_forward(head_dim, head_dim_v)
 
 
 def backward(
@@ -185,13 +187,17 @@ def backward(
     kernel, which adds in a fixed order. ``packed_args``: a packed variable-length batch's (forward_launcher), the
     tensors shaped as its launches take them; the kernels' outputs are zeroed first, since they write no row that
     lies outside every sequence. ``softcap`` > 0: the forward capped the scores by it; ``alibi``: (batch, nheads)
-    float32 slopes it biased them with."""
+    float32 slopes it biased them with. v (and out, dout, dv) may have a head dim of its own (supports_backward)."""
     batch, seqlen_q, nheads, head_dim = q.shape
+    head_dim_v = v.shape[-1]
     dtype = dtype_name(q)
     delta = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
     contiguous = torch.contiguous_format
-    dq_accum = None if deterministic else torch.empty_like(q, dtype=torch.float32, memory_format=contiguous)
-    prepost.preprocess(dout, out, delta, dq_accum)
+    same_width = head_dim_v == head_dim
+    new_accum = torch.empty_like if same_width else torch.zeros_like
+    dq_accum = None if deterministic else new_accum(q, dtype=torch.float32, memory_format=contiguous)
+    # the preprocess zeroes dq_accum with out's tiles, which cover it only where v's head dim is q's
+    prepost.preprocess(dout, out, delta, dq_accum if same_width else None)
     new_like = torch.empty_like if packed_args is None else torch.zeros_like
     dq = (new_like if deterministic else torch.empty_like)(q, memory_format=contiguous)  # (else: postprocess)
     dk, dv = new_like(k, memory_format=contiguous), new_like(v, memory_format=contiguous)
@@ -199,7 +205,7 @@ def backward(
     packed, capped = packed_args is not None, softcap > 0
     after = (*(packed_args if packed else DENSE), softcap if capped else None, alibi)
     window = (window_left, window_right)
-    variant = {"packed": packed, "softcap": capped, "alibi": alibi is not None}
+    variant = {"packed": packed, "softcap": capped, "alibi": alibi is not None, "head_dim_v": head_dim_v}
     config = bwd_config(head_dim, dtype, *window, deterministic=deterministic, **variant)
     tensors = (q, k, v, dout, lse, delta, dq_accum, dk, dv)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)

@@ -240,12 +240,12 @@ class FlashAttentionForwardSm80:
         check_hdim, check_hdim_v = not cfg.exact_head_dim, not exact_value_head_dim(cfg)
 
         # the K and the V tiles' copies: one where v's head dim is q's
-        copy_k = self.tile_copy(gmem_tiled_copy_QK, tile_k, head_dim, check_hdim, tidx)
+        copy_k = gcopy.tile_copy(gmem_tiled_copy_QK, tile_k, head_dim, check_hdim, tidx)
         kv = SimpleNamespace(
             k=copy_k,
             v=copy_k
             if cutlass.const_expr(cfg.head_dim_v_padded is None)
-            else self.tile_copy(gmem_tiled_copy_V, tile_v, head_dim_v, check_hdim_v, tidx),
+            else gcopy.tile_copy(gmem_tiled_copy_V, tile_v, head_dim_v, check_hdim_v, tidx),
             seqlen_k=seqlen_k,
             tKgK=tKgK,
             tKsK=tKsK,
@@ -347,20 +347,6 @@ class FlashAttentionForwardSm80:
         gLSE = cute.local_tile(seq.row_stats(mLSE, head_idx), (self.block_m,), (m_block,))
         store_lse(lse, gLSE, thr_mma, tile_o, rows_left)
 
-    @staticmethod
-    def tile_copy(tiled_copy: cute.TiledCopy, tile: tuple, head_dim: Int32, check_hdim: bool, tidx: Int32):
-        """What load_kv_tile needs of K's or V's copy: the tiled copy, this thread's and thread 0's coordinates in
-        a tile, the head-dim predicate and whether to apply it."""
-        coords = cute.make_identity_tensor(tile)
-        tXcX = tiled_copy.get_slice(tidx).partition_S(coords)
-        return SimpleNamespace(
-            tiled_copy=tiled_copy,
-            tXcX=tXcX,
-            t0XcX=tiled_copy.get_slice(0).partition_S(coords),
-            tXpX=gcopy.head_dim_predicate(tXcX, head_dim),
-            check_hdim=check_hdim,
-        )
-
     @cute.jit
     def load_kv_tile(
         self,
@@ -372,7 +358,7 @@ class FlashAttentionForwardSm80:
         is_last_tile: cutlass.Constexpr[bool],
         zero_fill_rows: cutlass.Constexpr[bool],
     ):
-        """Step 2 for K or V (``copy``: tile_copy's) into stage n_block % num_stages: only the last tile can be
+        """Step 2 for K or V (``copy``: copy.tile_copy's) into stage n_block % num_stages: only the last tile can be
         partial."""
         gcopy.copy_rows(
             copy.tiled_copy,

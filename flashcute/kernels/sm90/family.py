@@ -170,8 +170,10 @@ def supports_forward(head_dim: int, head_dim_v: int) -> bool:
     return head_dim_v == head_dim
 
 
-def supports_backward(head_dim: int, deterministic: bool, packed: bool) -> bool:
-    return not deterministic and sm90_bwd_supports(head_dim)
+def supports_backward(head_dim: int, deterministic: bool, packed: bool, head_dim_v: int | None = None) -> bool:
+    """Whether the Hopper backward covers the call: its head dims, not the deterministic mode, v's head dim only
+    where it is q's."""
+    return head_dim_v in (None, head_dim) and not deterministic and sm90_bwd_supports(head_dim)
 
 
 def backward(
