@@ -444,6 +444,33 @@ def test_a_repeated_cache_batch_idx_reads_the_same_row(stand_in):
     assert keys_per_sequence(stand_in.calls[0], 3) == [4, 3, 1]
 
 
+@pytest.mark.parametrize("seqlen_q, causal", [(1, False), (3, True)], ids=["split", "packed"])
+@pytest.mark.parametrize("paged", [False, True], ids=["batch", "paged"])
+def test_v_cache_with_a_head_dim_of_its_own(stand_in, seqlen_q, causal, paged):
+    """v_cache and v 4 wide beside k's 8: the new values written at their slots, out 4 wide, as the reference."""
+    generator = torch.Generator().manual_seed(seqlen_q)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    rows = (5, 4) if paged else (2, 8)  # paged: 2 pages of 4 rows a sequence
+    k_cache, v_cache = randn(*rows, 2, 8), randn(*rows, 2, 4)
+    inputs = {
+        "k": randn(2, seqlen_q, 2, 8),
+        "v": randn(2, seqlen_q, 2, 4),
+        "cache_seqlens": torch.tensor([0, 8 - seqlen_q], dtype=torch.int32),
+        "block_table": torch.tensor([[3, 0], [4, 1]], dtype=torch.int32) if paged else None,
+        "causal": causal,
+    }
+    q = randn(2, seqlen_q, 4, 8)
+    ref_out, ref_lse, ref_k_cache, ref_v_cache = attention_kvcache_ref(q, k_cache, v_cache, **inputs)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, **inputs, return_lse=True)
+    assert out.shape == (2, seqlen_q, 4, 4)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
+    assert torch.equal(k_cache, ref_k_cache) and torch.equal(v_cache, ref_v_cache)
+
+
 def test_builds_no_autograd_graph(stand_in):
     q = torch.randn(1, 1, 2, 8, dtype=torch.float64, requires_grad=True)
     k_cache, v_cache = (torch.randn(1, 4, 2, 8, dtype=torch.float64) for _ in "kv")

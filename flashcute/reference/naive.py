@@ -106,14 +106,14 @@ def attention_varlen_ref(
     distances aligned bottom-right on its own lengths. learnable_sink (nheads,) joins every sequence's rows;
     alibi_slopes (batch, nheads) give sequence b the slopes alibi_slopes[b]. Rows outside every counted range get
     O = 0 and LSE = -inf; rows whose sequence has no key get O = 0 and LSE = the sink (-inf without one).
-    Returns out (total_q, nheads, headdim) float64 and, with return_lse, lse (nheads, total_q) float64."""
+    Returns out (total_q, nheads, v's headdim) float64 and, with return_lse, lse (nheads, total_q) float64."""
     options = {"softmax_scale": softmax_scale, "causal": causal, "window_size": window_size, "softcap": softcap}
     totals = q.shape[0], k.shape[0]  # as max_seqlen_q and max_seqlen_k: the totals bound every sequence's length
     variants = {"learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes}
     args = validate_varlen_args(
         q, k, v, cu_seqlens_q, cu_seqlens_k, *totals, seqused_q, seqused_k, **options, **variants
     )
-    out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    out = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=torch.float64, device=q.device)
     lse = torch.full((q.shape[1], q.shape[0]), -math.inf, dtype=torch.float64, device=q.device)
     starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     for b in range(len(starts_q) - 1):
