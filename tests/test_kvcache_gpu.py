@@ -217,7 +217,7 @@ def test_a_call_the_kernels_cannot_run_writes_nothing(changes, error, message):
 
 @pytest.mark.parametrize("paged", [False, True], ids=["batch", "paged"])
 @pytest.mark.parametrize("seqlen_q, options", [(1, {}), (3, {"causal": True})], ids=["decode", "causal"])
-def test_v_cache_with_a_head_dim_of_its_own(seqlen_q, options, paged):
+def test_v_cache_with_a_head_dim_of_its_own(seqlen_q, options, paged, kernel):
     """v_cache (and v) with a head dim apart from k_cache's: the new keys and values written in place, out with v's
     head dim, against the spec on the gathered cache (one query row takes the split-KV path)."""
     batch, nheads, nheads_k, headdim, headdim_v, capacity, page = 3, 8, 2, 128, 64, 1024, 256
@@ -237,7 +237,7 @@ def test_v_cache_with_a_head_dim_of_its_own(seqlen_q, options, paged):
     on_cpu = {name: t.cpu() if isinstance(t, torch.Tensor) else t for name, t in inputs.items()}
     _, _, ref_k_cache, ref_v_cache = attention_kvcache_ref(q.cpu(), k_cache.cpu(), v_cache.cpu(), **on_cpu)
 
-    out, lse = flashcute.flash_attn_with_kvcache(q, k_cache, v_cache, **inputs, return_lse=True)
+    out, lse = flashcute.flash_attn_with_kvcache(q, k_cache, v_cache, **inputs, return_lse=True, kernel=kernel)
 
     assert out.shape == (batch, seqlen_q, nheads, headdim_v)
     assert torch.equal(k_cache.cpu(), ref_k_cache) and torch.equal(v_cache.cpu(), ref_v_cache)

@@ -199,7 +199,7 @@ def test_dense_decoding_takes_the_split_path(monkeypatch, kernel, batch, seqlen_
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("head_dims, options", [((192, 128), {}), ((128, 64), {"causal": True})], ids=str)
-def test_dense_decoding_with_v_of_a_head_dim_of_its_own(monkeypatch, head_dims, options):
+def test_dense_decoding_with_v_of_a_head_dim_of_its_own(monkeypatch, head_dims, options, kernel):
     """Decoding with v's head dim apart from q's takes the split-KV path too: its partial O and the combine at v's
     head dim."""
     calls = []
@@ -207,6 +207,6 @@ def test_dense_decoding_with_v_of_a_head_dim_of_its_own(monkeypatch, head_dims, 
     monkeypatch.setattr(splitkv.SplitPlan, "attention", lambda *a, **kw: calls.append(a) or attention(*a, **kw))
     head_dim, head_dim_v = head_dims
     q, k, v = _randn(2, 1, 8, head_dim), _randn(2, 3000, 2, head_dim), _randn(2, 3000, 2, head_dim_v)
-    out, lse = flashcute.flash_attn_func(q, k, v, return_lse=True, **options)
+    out, lse = flashcute.flash_attn_func(q, k, v, return_lse=True, kernel=kernel, **options)
     assert len(calls) == 1 and out.shape == (2, 1, 8, head_dim_v)
     check_against_spec(out, lse, q, k, v, **options)

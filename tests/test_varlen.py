@@ -171,7 +171,7 @@ def test_head_dims(head_dim, kernel):
 
 
 @pytest.mark.parametrize("head_dims", [(192, 128), (128, 64), (96, 40)], ids=str)
-def test_v_with_a_head_dim_of_its_own(head_dims):
+def test_v_with_a_head_dim_of_its_own(head_dims, kernel):
     """v's head dim apart from q's in a packed batch (an empty sequence, seqused_q): out with v's head dim, and the
     gradients of a sequence's counted rows."""
     head_dim, head_dim_v = head_dims
@@ -181,7 +181,8 @@ def test_v_with_a_head_dim_of_its_own(head_dims):
     seqused_q = torch.tensor(used_q, dtype=torch.int32, device="cuda")
     sequences = (cu_seqlens(lens_q), cu_seqlens(lens_k), 200, 300)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    out, lse = flashcute.flash_attn_varlen_func(*leaves, *sequences, causal=True, seqused_q=seqused_q, return_lse=True)
+    options = {"causal": True, "seqused_q": seqused_q, "return_lse": True, "kernel": kernel}
+    out, lse = flashcute.flash_attn_varlen_func(*leaves, *sequences, **options)
     assert out.shape == (sum(lens_q), 4, head_dim_v)
     check_sequences(out.detach(), lse, q, k, v, lens_q, lens_k, used_q=used_q, causal=True)
     dout = torch.randn_like(out)

@@ -28,6 +28,17 @@ def test_warmup_lists_what_a_typical_llm_uses(capsys):
     assert not any(line.split()[1].startswith("sm90") for line in out.splitlines())
 
 
+def test_warmup_value_adds_the_pairs_of_head_dims_models_use(capsys):
+    flags = ("warmup", "--arch", "sm_90a", "--dry-run", "--headdim", "192", "--causal", "yes", "--value")
+    code, out, _ = run_main(capsys, *flags)
+    labels = [line.split()[1] for line in out.splitlines()]
+    assert code == 0
+    # the forward's on both families (the Hopper one runs it), the backward's on the sm80 family
+    assert {lb.split("-")[0] for lb in labels if "d192v128" in lb} == {"sm90", "bfloat16", "bwd"}
+    _, plain, _ = run_main(capsys, *flags[:-1])
+    assert not any("v128" in line for line in plain.splitlines())
+
+
 def test_warmup_all_is_every_variant(capsys):
     code, out, _ = run_main(capsys, "warmup", "--arch", "sm_80", "--all", "--dry-run")
     assert code == 0 and len(out.splitlines()) == len(all_variants("sm_80"))

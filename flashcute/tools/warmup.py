@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sink", action="store_true", help="also the forward kernels with learnable sinks (e.g. gpt-oss)"
     )
     parser.add_argument("--alibi", action="store_true", help="also the kernels with ALiBi biases (e.g. MPT, BLOOM)")
+    parser.add_argument(
+        "--value",
+        action="store_true",
+        help="also the kernels where v's head dim is not q's, for the pairs models use (192,128 and 128,64: "
+        "DeepSeek-style), at the --headdim of q",
+    )
     parser.add_argument("--all", action="store_true", help="every variant of every family the target runs")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles (default: cores)")
     parser.add_argument("--dry-run", action="store_true", help="list the variants, compile nothing")
@@ -82,7 +88,8 @@ def chosen_variants(args: argparse.Namespace, arch: str) -> list:
     kinds = {"fwd"} if "fwd" in args.passes else set()
     if "bwd" in args.passes:
         kinds |= {"bwd", "dq", "bwd-deterministic"} if args.deterministic else {"bwd"}
-    layouts = ("", *(f"-{name}" for name in ("packed", "softcap", "sink", "alibi") if getattr(args, name)))
+    names = ("packed", "softcap", "sink", "alibi", "value")
+    layouts = ("", *(f"-{name}" for name in names if getattr(args, name)))
     configs = [
         c for name in families for kind in kinds for end in layouts for c in groups.get(f"{name}-{kind}{end}", [])
     ]

@@ -8,6 +8,9 @@ from __future__ import annotations
 # Head dims are padded up to one of these buckets; a head dim below its bucket is handled with predicates.
 HEAD_DIM_BUCKETS = (32, 64, 96, 128, 192, 256)
 DTYPES = ("float16", "bfloat16")
+# (q's head dim, v's) where they differ that the compile tests and `warmup --all` build: DeepSeek-style attention's
+# and a smaller pair.
+VALUE_HEAD_DIMS = ((192, 128), (128, 64))
 
 # Opt-in shared memory per thread block by target; sm_86 and sm_89 parts have the least.
 MAX_SMEM_BYTES = {"sm_80": 163 * 1024, "sm_87": 163 * 1024, "sm_90a": 227 * 1024}
@@ -45,6 +48,15 @@ def value_head_dim(config) -> int:
     field) where it is q's and k's."""
     value = getattr(config, "head_dim_v_padded", None)
     return config.head_dim_padded if value is None else value
+
+
+def value_fields(head_dim: int, head_dim_v: int | None) -> dict:
+    """A config's v head-dim fields (head_dim_v_padded, exact_head_dim_v): none where v's head dim is q's (or not
+    given)."""
+    if head_dim_v is None or head_dim_v == head_dim:
+        return {}
+    bucket_v = head_dim_bucket(head_dim_v)
+    return {"head_dim_v_padded": bucket_v, "exact_head_dim_v": head_dim_v == bucket_v}
 
 
 def exact_value_head_dim(config) -> bool:

@@ -21,6 +21,14 @@ def smem_layout(dtype: type[cutlass.Numeric], rows: int, head_dim: int, stages: 
     return cute.tile_to_shape(atom, (rows, head_dim, stages), (0, 1, 2))
 
 
+def restaged(layout: cute.ComposedLayout, over: cute.ComposedLayout) -> cute.Layout:
+    """``layout``'s outer (rows, head_dim, stages) layout with its stages as far apart as ``over``'s: a narrower
+    tile kept in a wider one's shared memory, each stage at the start of the other's (O in Q's stages)."""
+    stage_stride = cute.cosize(cute.select(over.outer, mode=[0, 1]))
+    stages = cute.make_layout(cute.size(layout.outer, mode=[2]), stride=stage_stride)
+    return cute.append(cute.select(layout.outer, mode=[0, 1]), stages)
+
+
 def bshd_to_sdhb(t: cute.Tensor) -> cute.Tensor:
     """View a (batch, seqlen, heads, head_dim) tensor as (seqlen, head_dim, heads, batch), TMA's mode order."""
     return cute.make_tensor(t.iterator, cute.select(t.layout, mode=[1, 3, 2, 0]))

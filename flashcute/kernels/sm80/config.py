@@ -10,7 +10,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from flashcute.kernels.common.limits import attention_label, head_dim_bucket, masks, smem_limit, value_head_dim
+from flashcute.kernels.common.limits import (
+    attention_label,
+    head_dim_bucket,
+    masks,
+    smem_limit,
+    value_fields,
+    value_head_dim,
+)
 
 
 @dataclass(frozen=True)
@@ -87,14 +94,6 @@ def _forward_tiles(bucket: int, masked: bool) -> tuple[tuple[int, int, int, int]
     return ((128, 128, 8, 1), (128, 64, 8, 1))
 
 
-def _value_fields(head_dim: int, head_dim_v: int | None) -> dict:
-    """A config's v head-dim fields: none where v's head dim is q's (or not given)."""
-    if head_dim_v is None or head_dim_v == head_dim:
-        return {}
-    bucket_v = head_dim_bucket(head_dim_v)
-    return {"head_dim_v_padded": bucket_v, "exact_head_dim_v": head_dim_v == bucket_v}
-
-
 @functools.cache
 def fwd_config(
     head_dim: int,
@@ -131,7 +130,7 @@ def fwd_config(
             softcap=softcap,
             sink=sink,
             alibi=alibi,
-            **_value_fields(head_dim, head_dim_v),
+            **value_fields(head_dim, head_dim_v),
         )
         if config.smem_bytes() <= smem_limit(arch):
             break
@@ -236,7 +235,7 @@ def bwd_config(
         packed=packed,
         softcap=softcap,
         alibi=alibi,
-        **_value_fields(head_dim, head_dim_v),
+        **value_fields(head_dim, head_dim_v),
     )
 
 
@@ -297,5 +296,5 @@ def dq_config(
         packed=packed,
         softcap=softcap,
         alibi=alibi,
-        **_value_fields(head_dim, head_dim_v),
+        **value_fields(head_dim, head_dim_v),
     )

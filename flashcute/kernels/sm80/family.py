@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from flashcute.kernels.common import prepost
-from flashcute.kernels.common.limits import head_dim_bucket
+from flashcute.kernels.common.limits import VALUE_HEAD_DIMS, head_dim_bucket
 from flashcute.kernels.launch import DENSE, compiled, device_arch, dtype_name, run_on_device
 from flashcute.kernels.sm80.config import BwdConfig, DQConfig, FwdConfig, bwd_config, dq_config, fwd_config
 
@@ -23,9 +23,6 @@ NAME = "sm80"
 # The targets the compile tests and `flashcute check` build this family for.
 ARCHS = ("sm_80", "sm_90a")
 CONFIG_TYPES = (FwdConfig, BwdConfig, DQConfig)
-# (q's head dim, v's) where they differ that the compile tests and `warmup --all` build: DeepSeek-style attention's
-# and a smaller pair.
-VALUE_HEAD_DIMS = ((192, 128), (128, 64))
 # The backend its benchmarks and comparisons time beside it: PyTorch's FlashAttention-2, the same design.
 REFERENCE = "sdpa-flash"
 # Forward tiles besides the heuristic's that the GPU tests run (head dim 96, bf16): the fields they replace.

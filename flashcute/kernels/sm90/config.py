@@ -10,7 +10,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from flashcute.kernels.common.limits import MAX_SMEM_BYTES, attention_label, head_dim_bucket, masks
+from flashcute.kernels.common.limits import (
+    MAX_SMEM_BYTES,
+    attention_label,
+    head_dim_bucket,
+    masks,
+    value_fields,
+    value_head_dim,
+)
 
 SMEM_BYTES = MAX_SMEM_BYTES["sm_90a"]
 # K and V tiles in flight: the producer loads one K/V tile ahead of the one the consumers read.
@@ -40,6 +47,8 @@ class Sm90FwdConfig:
     softcap:            the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py)
     sink:               every row's denominator takes its head's learnable sink (softmax.finalize)
     alibi:              the scores take the ALiBi bias -slope * |i + offset - j| (kernels/common/alibi.py)
+    head_dim_v_padded:  v's (and O's) head-dim bucket where it is not q's and k's (at most theirs); None: theirs
+    exact_head_dim_v:   v's head dim equals head_dim_v_padded (with head_dim_v_padded only)
     """
 
     dtype: str
@@ -49,6 +58,8 @@ class Sm90FwdConfig:
     block_n: int
     mask_right: bool
     mask_left: bool
+    head_dim_v_padded: int | None = None
+    exact_head_dim_v: bool = True
     rescale_o_early: bool = False
     sum_chains: int = 4
     turn_before_k: bool = False
@@ -95,12 +106,16 @@ class Sm90FwdConfig:
         return self._smem_bytes(separate_o=not self.o_aliases_q)
 
     def _smem_bytes(self, separate_o: bool) -> int:
-        rows = self.block_m * (2 if separate_o else 1) + 2 * NUM_STAGES * self.block_n
-        return 2 * self.head_dim_padded * rows + 1024
+        d, dv = self.head_dim_padded, value_head_dim(self)
+        q_and_k = (self.block_m + NUM_STAGES * self.block_n) * d
+        v_and_o = (NUM_STAGES * self.block_n + (self.block_m if separate_o else 0)) * dv
+        return 2 * (q_and_k + v_and_o) + 1024
 
 
-def _forward_tiles(bucket: int) -> tuple[int, int]:
-    """(block_m, block_n), masked or not (docs/tuning-sm90.md, Forward tiles)."""
+def _forward_tiles(bucket: int, bucket_v: int) -> tuple[int, int]:
+    """(block_m, block_n) for q's and v's head-dim buckets, masked or not (docs/tuning-sm90.md, Forward tiles)."""
+    if bucket == 192 and bucket_v <= 128:
+        return (128, 128)  # V and O of at most 128 columns leave room for D=128's tiles (O in Q's shared memory)
     if bucket == 64:
         return (192, 128)  # three consumer warpgroups: the short step needs more rows to hide the softmax
     if bucket == 192:
@@ -137,14 +152,17 @@ def sm90_fwd_config(
     softcap: bool = False,
     sink: bool = False,
     alibi: bool = False,
+    head_dim_v: int | None = None,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel (window_right = 0 is causal; ``packed``: for packed
     variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, ``alibi``: with ALiBi
-    biases, each with the same tiles)."""
+    biases, each with the same tiles; ``head_dim_v``: v's head dim where it is not q's, at most q's bucket)."""
     bucket = head_dim_bucket(head_dim)
+    values = value_fields(head_dim, head_dim_v)
+    bucket_v = values.get("head_dim_v_padded", bucket)
     mask_right, mask_left = masks(window_left, window_right)
     masked = mask_right or mask_left
-    block_m, block_n = _forward_tiles(bucket)
+    block_m, block_n = _forward_tiles(bucket, bucket_v)
     sum_chains, turn_before_k, pass_turn_after_qk = _step_order(bucket, masked)
     return Sm90FwdConfig(
         dtype=dtype,
@@ -154,18 +172,20 @@ def sm90_fwd_config(
         block_n=block_n,
         mask_right=mask_right,
         mask_left=mask_left,
-        # U is 128 registers a thread at D=256: rescaled under the next Q K^T (FlashAttention-4's rule)
-        rescale_o_early=bucket > 128,
+        # U is 128 registers a thread at v's D=256: rescaled under the next Q K^T (FlashAttention-4's rule)
+        rescale_o_early=bucket_v > 128,
         sum_chains=sum_chains,
         turn_before_k=turn_before_k,
         pass_turn_after_qk=pass_turn_after_qk,
         k_descriptors=_k_descriptors(bucket, dtype),
-        # under a mask at D >= 192 P V is as long as Q K^T: E goes ahead of it (docs/tuning-sm90.md, E in place of S)
-        exp_in_place=masked and bucket >= 192,
+        # under a mask with V of 192 columns or more P V is as long as Q K^T: E goes ahead of it (docs/tuning-sm90.md,
+        # E in place of S)
+        exp_in_place=masked and bucket_v >= 192,
         packed=packed,
         softcap=softcap,
         sink=sink,
         alibi=alibi,
+        **values,
     )
 
 

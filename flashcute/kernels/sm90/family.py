@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from flashcute.kernels.common import prepost
+from flashcute.kernels.common.limits import VALUE_HEAD_DIMS, head_dim_bucket
 from flashcute.kernels.launch import DENSE, compiled, dtype_name, num_sms, run_on_device
 from flashcute.kernels.sm90.config import (
     Sm90BwdConfig,
@@ -54,7 +55,7 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
     if isinstance(config, Sm90FwdConfig):
         from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 
-        tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), p.row_stats(), p.tile_counter())
+        tensors = (p.q_like(), p.kv_like(), p.v_like(), p.o_like(), p.row_stats(), p.tile_counter())
         kernel = FlashAttentionForwardSm90(config)
         return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1), after=after)
     from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
@@ -70,7 +71,7 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
     and padded head dim; packed batches and capped scores at the exact head dims only, each orthogonal to
     padding); the backward at the buckets it has tiles for."""
     found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": [], "fwd-softcap": [], "bwd-softcap": []}
-    found |= {"fwd-sink": [], "fwd-alibi": [], "bwd-alibi": []}
+    found |= {"fwd-sink": [], "fwd-alibi": [], "bwd-alibi": [], "fwd-value": []}
     if arch not in ARCHS:
         return found
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
@@ -85,6 +86,9 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
                 found[f"bwd-{variant}"].append(sm90_bwd_config(bucket, dtype, *window, **{variant: True}))
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):  # a sink changes the forward alone
         found["fwd-sink"].append(sm90_fwd_config(bucket, dtype, *window, sink=True))
+    for dtype, (head_dim, head_dim_v), window in itertools.product(dtypes, VALUE_HEAD_DIMS, masks):
+        if head_dim in buckets:  # v's head dim apart from q's: the pairs models use
+            found["fwd-value"].append(sm90_fwd_config(head_dim, dtype, *window, head_dim_v=head_dim_v))
     return found
 
 
@@ -114,14 +118,15 @@ def forward_launcher(
     softcap: bool = False,
     sink: bool = False,
     alibi: bool = False,
+    head_dim_v: int | None = None,
 ):
     """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None,
     alibi=None)`` for validated inputs of this device, dtype, head dim and window (outputs allocated by the caller),
     with the heuristic's config or ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests:
-    fewer blocks, each claiming several tiles). ``packed``, ``softcap``, ``sink`` and ``alibi`` as in the sm80
-    family's forward_launcher."""
+    fewer blocks, each claiming several tiles). ``packed``, ``softcap``, ``sink``, ``alibi`` and ``head_dim_v`` as
+    in the sm80 family's forward_launcher."""
     if config is None:
-        scores = {"softcap": softcap, "sink": sink, "alibi": alibi}
+        scores = {"softcap": softcap, "sink": sink, "alibi": alibi, "head_dim_v": head_dim_v}
         config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed, **scores)
     kernel = compiled(config, device, compile)
     max_grid = grid or num_sms(device)
@@ -166,8 +171,9 @@ def tile_counter(device: torch.device) -> torch.Tensor:
 
 
 def supports_forward(head_dim: int, head_dim_v: int) -> bool:
-    """Whether the forward takes v's head dim beside q's: only q's (its O aliases Q's shared memory tile for tile)."""
-    return head_dim_v == head_dim
+    """Whether the forward takes v's head dim beside q's: up to q's bucket (V and O then take no more shared memory
+    than at q's)."""
+    return head_dim_v <= head_dim_bucket(head_dim)
 
 
 def supports_backward(head_dim: int, deterministic: bool, packed: bool, head_dim_v: int | None = None) -> bool:

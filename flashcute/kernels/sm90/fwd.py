@@ -52,7 +52,7 @@ from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_lse, store_o
 from flashcute.kernels.common.layout import converted
-from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
+from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits, exact_value_head_dim, value_head_dim
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.scheduler import heads_per_section, tile_coords, tile_divisors
 from flashcute.kernels.common.seqlen import SeqLens
@@ -93,6 +93,7 @@ class FlashAttentionForwardSm90:
         self.block_m = config.block_m
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
+        self.head_dim_v = value_head_dim(config)  # V's and O's
         self.num_stages = NUM_STAGES
         self.num_wg = config.num_mma_warpgroups
         self.take_turns = self.num_wg > 1  # one warpgroup has no one to take turns with
@@ -121,8 +122,8 @@ class FlashAttentionForwardSm90:
         self,
         mQ: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mK: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
-        mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim)
-        mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
+        mV: cute.Tensor,  # (batch, seqlen_k, nheads_k, head_dim_v)
+        mO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim_v)
         mLSE: cute.Tensor,  # (batch, nheads, seqlen_q) float32
         mTileCounter: cute.Tensor,  # (2,) int32, zeroed: tiles claimed, thread blocks done (left zeroed)
         softmax_scale: Float32,
@@ -141,19 +142,22 @@ class FlashAttentionForwardSm90:
         mSink: cute.Tensor | None = None,  # (nheads,) float32: learnable sinks, when config.sink (softmax.finalize)
         mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
     ):
-        d = self.head_dim_padded
+        d, dv = self.head_dim_padded, self.head_dim_v
         sQ_layout = tma.smem_layout(self.dtype, 64, d, self.num_wg)  # one 64-row stage per consumer warpgroup
-        sKV_layout = tma.smem_layout(self.dtype, self.block_n, d, self.num_stages)
-        tiled_mma_qk, tiled_mma_pv = make_tiled_mmas(self.dtype, self.block_n, d)
+        sO_layout = tma.smem_layout(self.dtype, 64, dv, self.num_wg)
+        sK_layout = tma.smem_layout(self.dtype, self.block_n, d, self.num_stages)
+        sV_layout = tma.smem_layout(self.dtype, self.block_n, dv, self.num_stages)
+        tiled_mma_qk, tiled_mma_pv = make_tiled_mmas(self.dtype, self.block_n, dv)
 
         mQ_t, mK_t, mV_t, mO_t = (tma.bshd_to_sdhb(t) for t in (mQ, mK, mV, mO))
         load = cpasync.CopyBulkTensorTileG2SOp()
         tma_Q, tQ = tma.make_tma(load, mQ_t, sQ_layout, 64, d)
-        tma_K, tK = tma.make_tma(load, mK_t, sKV_layout, self.block_n, d)
-        tma_V, tV = tma.make_tma(load, mV_t, sKV_layout, self.block_n, d)
-        tma_O, tO = tma.make_tma(cpasync.CopyBulkTensorTileS2GOp(), mO_t, sQ_layout, 64, d)
+        tma_K, tK = tma.make_tma(load, mK_t, sK_layout, self.block_n, d)
+        tma_V, tV = tma.make_tma(load, mV_t, sV_layout, self.block_n, dv)
+        tma_O, tO = tma.make_tma(cpasync.CopyBulkTensorTileS2GOp(), mO_t, sO_layout, 64, dv)
         self.tx_bytes_q = tma.tx_bytes(self.dtype, sQ_layout) * self.num_wg
-        self.tx_bytes_kv = tma.tx_bytes(self.dtype, sKV_layout)
+        self.tx_bytes_k = tma.tx_bytes(self.dtype, sK_layout)
+        self.tx_bytes_v = tma.tx_bytes(self.dtype, sV_layout)
 
         @cute.struct
         class SharedStorage:
@@ -164,10 +168,10 @@ class FlashAttentionForwardSm90:
             tile_ring: cute.struct.MemRange[Int32, TILE_RING]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sO: cute.struct.Align[
-                cute.struct.MemRange[self.dtype, 0 if self.config.o_aliases_q else cute.cosize(sQ_layout)], 1024
+                cute.struct.MemRange[self.dtype, 0 if self.config.o_aliases_q else cute.cosize(sO_layout)], 1024
             ]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
 
         batch, seqlen_q, seqlen_k = mQ.shape[0], mQ.shape[1], mK.shape[1]
         if cutlass.const_expr(self.config.packed):
@@ -214,7 +218,9 @@ class FlashAttentionForwardSm90:
             mQ.shape[1],
             mK.shape[1],
             sQ_layout,
-            sKV_layout,
+            sO_layout,
+            sK_layout,
+            sV_layout,
             tiled_mma_qk,
             tiled_mma_pv,
             SharedStorage,
@@ -262,7 +268,9 @@ class FlashAttentionForwardSm90:
         seqlen_q: Int32,
         seqlen_k: Int32,
         sQ_layout: cute.ComposedLayout,
-        sKV_layout: cute.ComposedLayout,
+        sO_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
         SharedStorage: cutlass.Constexpr,
@@ -282,10 +290,10 @@ class FlashAttentionForwardSm90:
         pipes = SimpleNamespace(
             q=make_pipeline(num_stages=1, tx_count=self.tx_bytes_q, barrier_storage=storage.mbar_q.data_ptr()),
             k=make_pipeline(
-                num_stages=self.num_stages, tx_count=self.tx_bytes_kv, barrier_storage=storage.mbar_k.data_ptr()
+                num_stages=self.num_stages, tx_count=self.tx_bytes_k, barrier_storage=storage.mbar_k.data_ptr()
             ),
             v=make_pipeline(
-                num_stages=self.num_stages, tx_count=self.tx_bytes_kv, barrier_storage=storage.mbar_v.data_ptr()
+                num_stages=self.num_stages, tx_count=self.tx_bytes_v, barrier_storage=storage.mbar_v.data_ptr()
             ),
         )
         # the producer warp hands each claimed tile index to the consumers
@@ -300,12 +308,13 @@ class FlashAttentionForwardSm90:
         cute.arch.sync_threads()
 
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)  # (64, D, warpgroup)
-        sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)  # (block_n, D, stage)
-        sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)  # (block_n, D, stage)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)  # (block_n, D, stage)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)  # (block_n, D_v, stage)
+        # (64, D_v, warpgroup): in Q's shared memory a warpgroup's O lies in its own Q stage, which only it reads
         sO = (
-            sQ
+            storage.sQ.get_tensor(tma.restaged(sO_layout, sQ_layout), swizzle=sO_layout.inner)
             if cutlass.const_expr(cfg.o_aliases_q)
-            else storage.sO.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+            else storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)
         )
 
         tile_info = TileInfo.of(cfg, seqlen_q, seqlen_k, diag_offset, window_left, window_right)
@@ -566,9 +575,9 @@ class FlashAttentionForwardSm90:
     ) -> pipeline.PipelineState:
         """The tiles in the consumers' order (mainloop), K one tile ahead of V: K[next] is needed before
         V[previous]. Returns the state after the tile's last stage."""
-        d = self.head_dim_padded
+        d, dv = self.head_dim_padded, self.head_dim_v
         tKsK, tKgK = tma.partition_tiles(tma_K, sK, tile.seq.rows_k(mK, tile.kv_head_idx, 0), self.block_n, d)
-        tVsV, tVgV = tma.partition_tiles(tma_V, sV, tile.seq.rows_k(mV, tile.kv_head_idx, 0), self.block_n, d)
+        tVsV, tVgV = tma.partition_tiles(tma_V, sV, tile.seq.rows_k(mV, tile.kv_head_idx, 0), self.block_n, dv)
         load_k = partial(self.load_tile, pipe_k, tma_atom=tma_K, tXgX=tKgK, tXsX=tKsK)
         load_v = partial(self.load_tile, pipe_v, tma_atom=tma_V, tXgX=tVgV, tXsX=tVsV)
         prev = tile.n_block_max - 1
@@ -623,7 +632,6 @@ class FlashAttentionForwardSm90:
         tiled_mma_pv: cute.TiledMma,
     ):
         """Steps 3 to 7 for one consumer warpgroup's 64 rows of every tile this thread block takes."""
-        d = self.head_dim_padded
         tidx, _, _ = cute.arch.thread_idx()
         wg = cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4 - 1
         wg_tidx = tidx % 128
@@ -638,7 +646,7 @@ class FlashAttentionForwardSm90:
         tSrK = fixed_descriptors(thr_mma_qk.make_fragment_B(thr_mma_qk.partition_B(sK)))
         tOrVt = fixed_descriptors(thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(transpose_view(sV))))
         tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_shape_A((64, self.block_n)))
-        acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, d)))
+        acc_O = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((64, self.head_dim_v)))
         softmax = OnlineSoftmax(
             scale_log2,
             cute.size(acc_O, mode=[0, 1]) * cute.size(acc_O, mode=[1]),
@@ -741,7 +749,7 @@ class FlashAttentionForwardSm90:
         else:
             self.store_o(mO, tma_O, sO, acc_O, tiled_mma_pv, tile, q_tile, wg, wg_tidx)
         gLSE = cute.local_tile(tile.seq.row_stats(mLSE, tile.head_idx), (64,), (q_tile,))
-        store_lse(lse, gLSE, tiled_mma_pv.get_slice(wg_tidx), (64, self.head_dim_padded), rows_left)
+        store_lse(lse, gLSE, tiled_mma_pv.get_slice(wg_tidx), (64, self.head_dim_v), rows_left)
 
     @cute.jit
     def mainloop(
@@ -964,7 +972,7 @@ class FlashAttentionForwardSm90:
         cute.copy(smem_copy, thr_copy.retile(rO), thr_copy.partition_D(sO))
         cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to the TMA unit
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER + wg, number_of_threads=128)
-        gO = cute.local_tile(tile.seq.rows_q(mO, tile.head_idx, 0), (64, self.head_dim_padded), (q_tile, 0))
+        gO = cute.local_tile(tile.seq.rows_q(mO, tile.head_idx, 0), (64, self.head_dim_v), (q_tile, 0))
         if wg_tidx < 32:
             tOsO, tOgO = cpasync.tma_partition(
                 tma_O, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2), cute.group_modes(gO, 0, 2)
@@ -993,9 +1001,9 @@ class FlashAttentionForwardSm90:
         The first barrier makes every thread wait until the warpgroup's threads have read the previous tile's O out
         of the buffer (the reads are synchronous, so no bulk-copy wait is needed)."""
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER + wg, number_of_threads=128)
-        d = self.head_dim_padded
-        gO = cute.local_tile(tile.seq.rows_q(mO, tile.head_idx), (64, d), (q_tile, 0))
-        gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy(self.dtype, d, 128, False)
+        dv = self.head_dim_v
+        gO = cute.local_tile(tile.seq.rows_q(mO, tile.head_idx), (64, dv), (q_tile, 0))
+        gmem_tiled_copy_O = gcopy.make_gmem_tiled_copy(self.dtype, dv, 128, False)
         store_o(
             acc_O,
             sO,
@@ -1005,7 +1013,7 @@ class FlashAttentionForwardSm90:
             wg_tidx,
             rows_left,
             mO.shape[3],
-            not self.config.exact_head_dim,
+            not exact_value_head_dim(self.config),
             barrier_threads=128,
             barrier_id=EPILOGUE_BARRIER + wg,
         )
