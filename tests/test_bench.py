@@ -20,7 +20,7 @@ import flashcute
 from flashcute.bench import backends as bench_backends
 from flashcute.bench import cli, graphs, inputs, runner
 from flashcute.bench.backends import Backend, flashcute_backend, registry, select_backends
-from flashcute.bench.check import Checker
+from flashcute.bench.check import Checker, make_reference
 from flashcute.bench.flops import attention_flops
 from flashcute.bench.grid import (
     DECODE,
@@ -50,6 +50,8 @@ DECODE_SHAPE = Shape("bf16", 128, False, seqlen=32768, batch=8, nheads=32, seqle
 PAGED = Shape("bf16", 128, False, seqlen=32768, batch=8, nheads=32, seqlen_q=1, nheads_k=8, page_size=64)
 PLAIN = (0.0, False, False)
 """Shape.scores without a score variant: no softcap, no sink, no ALiBi."""
+PLAIN_VARIANTS = (*PLAIN, None)
+"""Shape.variants of plain attention: no score variant, and v as wide as q and k."""
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -456,7 +458,7 @@ def test_sink_and_alibi_flags_cross_the_dense_grid_each_variant_a_group(capsys):
     crossed = make_grid(cli.grid_spec(parse(*grid, "--softcap", "0,30", "--sink", "--alibi")))
     groups = list(dict.fromkeys(s.group for s in crossed))
     assert len(crossed) == 16 and [group[3] for group in groups] == list(
-        itertools.product((0.0, 30.0), (False, True), (False, True))
+        itertools.product((0.0, 30.0), (False, True), (False, True), (None,))
     )
     assert [group_label(group) for group in groups[1:4]] == [
         "bf16 · D=32 · causal · alibi",
@@ -610,6 +612,150 @@ def test_fa4_gets_a_bfloat16_sink_and_the_check_holds_it(cpu_clock, monkeypatch)
     assert given[0].tolist() == [-1.0, 0.0, 1.0] and given[0].requires_grad
 
 
+# ---- v's own head dim ----------------------------------------------------------------------------------------------
+
+DEEPSEEK = Shape("bf16", 192, True, 64, 2, 3, headdim_v=128)
+"""q and k of head dim 192, v of 128, as DeepSeek's attention reads them."""
+
+
+def test_flops_with_v_head_dim():
+    """2 B H Lq Lk (D + Dv) a forward, halved for causal; the backward 2.5 forwards; Dv = D: as before."""
+    fwd = attention_flops(2, 16, 4096, 4096, 192, causal=False, headdim_v=128)
+    assert fwd == 2 * 2 * 16 * 4096 * 4096 * (192 + 128)
+    assert attention_flops(2, 16, 4096, 4096, 192, causal=True, headdim_v=128) == fwd / 2
+    assert attention_flops(2, 16, 4096, 4096, 192, False, "bwd", headdim_v=128) == 2.5 * fwd
+    assert attention_flops(2, 16, 4096, 4096, 192, False, "fwd+bwd", headdim_v=128) == 3.5 * fwd
+    assert attention_flops(1, 1, 1, 1000, 128, causal=True, headdim_v=64) == 2 * 999.5 * (128 + 64)
+    for pass_ in ("fwd", "bwd", "fwd+bwd"):
+        plain = attention_flops(2, 16, 4096, 4096, 128, True, pass_)
+        assert attention_flops(2, 16, 4096, 4096, 128, True, pass_, headdim_v=128) == plain
+    assert DEEPSEEK.flops("fwd+bwd") == attention_flops(2, 3, 64, 64, 192, True, "fwd+bwd", headdim_v=128)
+    packed = dataclasses.replace(PACKED, headdim_v=16)
+    assert packed.flops("bwd") == sum(attention_flops(1, 2, n, n, 32, True, "bwd", headdim_v=16) for n in (16, 48, 32))
+
+
+def test_headdim_v_flag_pairs_with_headdim():
+    """--headdim-v pairs with --headdim in order, or one value serves every head dim; v as wide as q is the plain
+    shape; the heads follow q's head dim."""
+    args = parse("--dtype", "bf16", "--headdim", "192,128", "--headdim-v", "128,64", "--causal", "no", "--seqlen", "1k")
+    assert cli.grid_spec(args).headdims_v == (128, 64) and cli.refusal(args) is None
+    shapes = make_grid(cli.grid_spec(args))
+    assert [(s.headdim, s.headdim_v, s.v_headdim, s.nheads) for s in shapes] == [(192, 128, 128, 10), (128, 64, 64, 16)]
+    one = make_grid(cli.grid_spec(parse("--headdim", "192,256", "--headdim-v", "128", "--seqlen", "1k")))
+    assert {(s.headdim, s.headdim_v) for s in one} == {(192, 128), (256, 128)}
+    # a list paired with --headdim keeps its repeats; v as wide as q is the plain shape
+    same = parse("--headdim", "64,128", "--headdim-v", "64,64")
+    assert same.headdim_v == (64, 64)
+    assert {(s.headdim, s.headdim_v) for s in make_grid(cli.grid_spec(same))} == {(64, None), (128, 64)}
+    assert make_grid(cli.grid_spec(parse("--headdim-v", "64,128,256"))) == make_grid(FULL)
+    assert parse().headdim_v is None and cli.grid_spec(parse()) == FULL
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        (("--headdim", "192,128", "--headdim-v", "128,64,32"), "--headdim-v gives 3 head dims for 2 of --headdim"),
+        (("--headdim-v", "128,64"), "for 3 of --headdim (64,128,256); give one, or one per --headdim"),
+        (("--varlen", "--headdim-v", "64"), "--headdim-v applies to the dense grid; drop --varlen or --decode"),
+        (("--decode", "--sink", "--headdim-v", "64"), "--sink and --headdim-v apply to the dense grid"),
+    ],
+)
+def test_headdim_v_refusals(flags, why, capsys):
+    """Checked before the GPU: the answer is the same on any machine."""
+    assert cli.main(list(flags)) == 2
+    assert why in capsys.readouterr().err
+
+
+def test_inputs_at_v_head_dim():
+    """v, dout (and so out) at v's head dim, q and k at q's; bytes moved counted at each width."""
+    x = make_inputs(DEEPSEEK, with_grad=True, device="cpu")
+    assert [t.shape[-1] for t in (x.q, x.k, x.v, x.dout)] == [192, 192, 128, 128]
+    assert {tuple(t.shape[:-1]) for t in (x.q, x.k, x.v, x.dout)} == {(2, 64, 3)}
+    assert inputs.touched_bytes(x) == 2 * 2 * (2 * 64 * 3) * (192 + 192 + 128 + 128)
+    plain = make_inputs(dataclasses.replace(DEEPSEEK, headdim_v=None), with_grad=False, device="cpu")
+    assert plain.v.shape == plain.q.shape and inputs.touched_bytes(plain) == 4 * plain.q.nbytes
+    assert DEEPSEEK.kv_bytes == 2 * 64 * 3 * (192 + 128) * 2
+
+
+def test_labels_json_and_plots_name_the_head_dims(tmp_path):
+    """Titles, row labels and plot names say d192v128 where v's head dim differs, and a row's JSON holds headdim_v
+    only there; the plain grid's labels, JSON keys and metadata stay as they were."""
+    assert group_label(DEEPSEEK.group) == "bf16 · d192v128 · causal" and DEEPSEEK.group[3] == (*PLAIN, 128)
+    assert DEEPSEEK.label() == "bf16 · d192v128 · causal · L=64 B=2 H=3"
+    assert group_label(SHAPE.group) == "bf16 · D=128 · non-causal"
+    rows = [Row("fa4", SHAPE, "fwd", "ok", ms=1.0), Row("fa4", DEEPSEEK, "fwd", "ok", ms=1.0)]
+    assert "headdim_v" not in rows[0].to_dict() and rows[1].to_dict()["headdim_v"] == 128
+    results = Results({"pass": "fwd"}, rows)
+    results.save(tmp_path / "results.json")
+    assert Results.load(tmp_path / "results.json") == results
+    assert "## bf16 · d192v128 · causal\n" in render(results) and "## bf16 · D=128 · non-causal\n" in render(results)
+    names = [path.name for path in write_plots(results, tmp_path)]
+    assert names == ["fwd_bf16_d128_noncausal.png", "fwd_bf16_d192v128_causal.png"]
+    assert "headdims_v" not in cli.grid_meta(FULL)
+    assert cli.grid_meta(cli.grid_spec(parse("--headdim-v", "64")))["headdims_v"] == (64,)
+    assert all(s.headdim_v is None for s in make_grid(FULL))
+
+
+def test_what_each_backend_runs_of_a_v_head_dim_apart():
+    """SDPA's flash backend refuses v of another head dim than q's; the others try it (cuDNN refuses some pairs at
+    the call, which the sweep reports)."""
+    known = registry()
+    assert known["sdpa-flash"].supports(DEEPSEEK, "fwd") == (
+        f"no v head dim apart from q's: {bench_backends.SDPA_FLASH_HEADDIM_V}"
+    )
+    assert known["sdpa-flash"].supports(dataclasses.replace(DEEPSEEK, headdim_v=None), "fwd") is None
+    for name in ("sdpa-cudnn", "sdpa-efficient", "sdpa-math", "flex", "fa4"):
+        assert known[name].supports(DEEPSEEK, "fwd+bwd") is None, name
+    assert flashcute_backend("flashcute-sm80", stand_in_flashcute(), "sm80").supports(DEEPSEEK, "fwd+bwd") is None
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "fwd+bwd"])
+def test_the_check_holds_backends_to_v_of_its_own_head_dim(cpu_clock, pass_):
+    """The reference reads v at its own head dim: out and dv at v's width, dq and dk at q's; a backend right there
+    passes, one that scales its output is wrong."""
+    x = make_inputs(DEEPSEEK, with_grad=pass_ != "fwd", device="cpu")
+    reference = make_reference(x, DEEPSEEK)
+    widths = {name: t.shape[-1] for name, t in reference.expected.items()}
+    assert widths == ({"out": 128} if pass_ == "fwd" else {"out": 128, "dq": 192, "dk": 192, "dv": 128})
+    rows = {
+        r.backend: r
+        for r in sweep([DEEPSEEK], [_attention_backend("good"), _attention_backend("bad", 1.1)], Settings(pass_))
+    }
+    assert rows["good"].status == "ok" and rows["bad"].status == "wrong"
+
+
+def test_bench_headdim_v_on_a_cpu_stand_in(monkeypatch, cpu_clock, tmp_path, capsys):
+    """`flashcute bench --headdim 64,32 --headdim-v 32,16 --pass fwd+bwd` end to end, flashcute's entry point and the
+    clocks standing in: a table and a plot per head-dim pair, SDPA's flash backend n/a with the reason."""
+    package = stand_in_flashcute()
+    monkeypatch.setattr(flashcute, "available_kernels", lambda: ["sm80"], raising=False)
+    monkeypatch.setattr(flashcute, "flash_attn_func", package.flash_attn_func, raising=False)
+    time_on_the_cpu(monkeypatch, lambda: 1.0)
+    grid = ["--quick", "--headdim", "64,32", "--headdim-v", "32,16", "--causal", "yes", "--seqlen", "128"]
+    backends = "flashcute-sm80,sdpa-math,sdpa-flash"
+    assert cli.main([*grid, "--pass", "fwd+bwd", "--backends", backends, "--out", str(tmp_path)]) == 0
+    saved = Results.load(tmp_path / "results.json")
+    assert [(row.backend, row.shape.headdim, row.shape.headdim_v, row.status) for row in saved.rows] == [
+        ("flashcute-sm80", 64, 32, "ok"),
+        ("sdpa-math", 64, 32, "ok"),
+        ("sdpa-flash", 64, 32, "unsupported"),
+        ("flashcute-sm80", 32, 16, "ok"),
+        ("sdpa-math", 32, 16, "ok"),
+        ("sdpa-flash", 32, 16, "unsupported"),
+    ]
+    assert saved.rows[0].tflops == pytest.approx(3.5 * 2 * 2 * 4 * (128 * 64) * (64 + 32) / 1e9)
+    assert saved.meta["grid"]["headdims_v"] == [32, 16] and saved.rows[0].errors["dv"]["max_abs"] >= 0
+    text = (tmp_path / "results.md").read_text()
+    assert "## bf16 · d64v32 · causal\n" in text and "## bf16 · d32v16 · causal\n" in text
+    assert (
+        f"- sdpa-flash unsupported (L=128): no v head dim apart from q's: {bench_backends.SDPA_FLASH_HEADDIM_V}" in text
+    )
+    assert sorted(path.name for path in tmp_path.glob("*.png")) == [
+        "fwd+bwd_bf16_d32v16_causal.png",
+        "fwd+bwd_bf16_d64v32_causal.png",
+    ]
+
+
 # ---- reports, JSON, --compare, plots -------------------------------------------------------------------------------
 
 
@@ -725,7 +871,7 @@ def test_decode_grid_and_labels():
         (1, 32768, 8, False, 256),
     ]
     assert {(s.dtype, s.headdim, s.nheads, s.kv_heads, s.group) for s in shapes} == {
-        ("bf16", 128, 32, 8, ("bf16", 128, None, PLAIN))
+        ("bf16", 128, 32, 8, ("bf16", 128, None, PLAIN_VARIANTS))
     }
     assert all(s.decode and not s.packed for s in shapes) and (shapes[1], shapes[6]) == (DECODE_SHAPE, PAGED)
     assert DECODE_SHAPE.label() == "bf16 · D=128 · non-causal · Lq=1 Lk=32k B=8 H=32/8"
@@ -736,7 +882,7 @@ def test_decode_grid_and_labels():
     # self-attention shapes: q's rows and K/V's heads follow seqlen and nheads, labels as before
     assert (SHAPE.q_seqlen, SHAPE.kv_heads, SHAPE.decode, SHAPE.paged) == (4096, 16, False, False)
     assert SHAPE.label() == "bf16 · D=128 · non-causal · L=4k B=4 H=16" and SHAPE.size_label == "L=4k"
-    assert SHAPE.group == ("bf16", 128, False, PLAIN)
+    assert SHAPE.group == ("bf16", 128, False, PLAIN_VARIANTS)
     assert graphs.graph_shape(shapes) == shapes[0]  # the CUDA graph figures' shape: Lq=1 Lk=4k B=8
 
 
@@ -752,7 +898,7 @@ def test_decode_flags_quick_and_refusals(capsys):
     assert cli.settings(parse("--decode", "--quick")) == Settings(warmup_ms=5.0, rep_ms=20.0)
     narrowed = make_grid(cli.grid_spec(parse("--decode", "--causal", "no", "--dtype", "fp16", "--headdim", "64,128")))
     assert len(narrowed) == 2 * 7 and not any(s.causal for s in narrowed)
-    assert [s.group for s in narrowed[::7]] == [("fp16", 64, None, PLAIN), ("fp16", 128, None, PLAIN)]
+    assert [s.group for s in narrowed[::7]] == [("fp16", 64, None, PLAIN_VARIANTS), ("fp16", 128, None, PLAIN_VARIANTS)]
     assert not parse().decode and parse("--decode").decode
     # checked before the GPU: the answer is the same on any machine
     for flags, why in [

@@ -13,6 +13,11 @@ Score variants (dense shapes): flashcute takes softcap, learnable_sink and alibi
 learnable_sink, no ALiBi; flex caps and biases through a score_mod, without a sink; SDPA none of them. A backend
 reports the variants it cannot run as unsupported. `score_tensors` makes the sink and slopes every backend and the
 check use.
+
+v with a head dim of its own (Shape.headdim_v): flashcute, fa4, flex and SDPA's efficient and math backends take v
+as it is and return out at its width; SDPA's cudnn backend takes some pairs, (192, 128) among them, on recent cuDNN
+releases and refuses the others at the call (reported unsupported, as any refusal of a forced SDPA backend); SDPA's
+flash backend requires q, k and v of one head dim and reports those shapes unsupported.
 """
 
 import importlib.util
@@ -46,6 +51,7 @@ SDPA_ALIBI = "SDPA adds a bias only as a float attn_mask of every score, read fr
 FLEX_PAGED = "FlexAttention reads pages only through its own paged-attention mask conversion, not timed here"
 FLEX_SINK = "FlexAttention's softmax takes no logit beyond the scores (a score_mod only changes them)"
 FA4_ALIBI = "flash-attn-4 takes no alibi_slopes"
+SDPA_FLASH_HEADDIM_V = "SDPA's flash backend requires q, k and v of one head dim"
 
 
 def _supports_all(shape: Shape, pass_: str) -> str | None:
@@ -294,6 +300,9 @@ def _sdpa(kind: str) -> Backend:
     supports = _refusing("softcap", lambda shape: shape.softcap > 0, SDPA_SOFTCAP, supports)
     supports = _refusing("learnable sink", lambda shape: shape.sink, SDPA_SINK, supports)
     supports = _refusing("ALiBi", lambda shape: shape.alibi, SDPA_ALIBI, supports)
+    if kind == "flash":
+        apart = "v head dim apart from q's"
+        supports = _refusing(apart, lambda shape: shape.headdim_v is not None, SDPA_FLASH_HEADDIM_V, supports)
     return Backend(f"sdpa-{kind}", _build_sdpa, supports=supports, context=forced)
 
 

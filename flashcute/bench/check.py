@@ -8,7 +8,8 @@ packed batch the sample is its first and last sequences, packed the same way, an
 fewer K/V heads than query heads the first and last of each still pair up (query head h reads K/V head
 h // (nheads // nheads_k)). A paged cache is gathered into a contiguous one through its block table first. A
 shape's score variants hold for the reference too: its softcap, and the sink logits and ALiBi slopes the backends
-were given (backends.score_tensors) at the sampled heads.
+were given (backends.score_tensors) at the sampled heads, and v of its own head dim (the reference's out, dout and
+dv are v's width).
 """
 
 from collections.abc import Callable
@@ -135,7 +136,7 @@ def _verdict_key(backend: str, shape: Shape) -> tuple[object, ...]:
 
 
 class Checker:
-    """Checks each backend once per group (dtype, headdim, causal, score variants) and layout (dense or packed), on
+    """Checks each backend once per group (dtype, headdim, causal, variants) and layout (dense or packed), on
     the first such shape where the backend runs, the verdict then holding for the group's shapes of that layout; and
     on every decode shape."""
 

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from flashcute.bench import meta
 from flashcute.bench.backends import select_backends
-from flashcute.bench.command import add_grid_arguments, add_timing_arguments, comma_list, grid_from_flags, no_gpu
+from flashcute.bench.command import (
+    add_grid_arguments,
+    add_timing_arguments,
+    comma_list,
+    grid_from_flags,
+    no_gpu,
+    parse_size,
+)
 from flashcute.bench.flops import PASSES
 from flashcute.bench.graphs import decode_graph
 from flashcute.bench.grid import (
@@ -55,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="cross the grid with and without the ALiBi bias (geometric slopes 2^(-8 (h+1) / nheads)); backends "
         "that cannot bias the scores report so",
+    )
+    grid.add_argument(
+        "--headdim-v",
+        type=comma_list(parse_size, unique=False),
+        help="v's head dim (DeepSeek-style: --headdim 192 --headdim-v 128), one for every --headdim or a comma list "
+        "paired with --headdim in order (default: v as wide as q and k). FLOPs count 2 B H Lq Lk (D + Dv) a "
+        "forward; backends that take v of one head dim only report so",
     )
     case = grid.add_mutually_exclusive_group()
     case.add_argument("--varlen", action="store_true", help=_varlen_help())
@@ -115,8 +129,17 @@ def grid_spec(args: argparse.Namespace) -> GridSpec | VarlenSpec | DecodeSpec:
         "softcaps": args.softcap,
         "sinks": (False, True) if args.sink else None,
         "alibis": (False, True) if args.alibi else None,
+        "headdims_v": args.headdim_v,
     }
     return dataclasses.replace(spec, **{name: value for name, value in variants.items() if value})
+
+
+def grid_meta(spec: GridSpec | VarlenSpec | DecodeSpec) -> dict:
+    """The spec as results.json records it: a dense grid's headdims_v only where v's head dim was given."""
+    fields = dataclasses.asdict(spec)
+    if "headdims_v" in fields and not fields["headdims_v"]:
+        del fields["headdims_v"]
+    return fields
 
 
 def refusal(args: argparse.Namespace) -> str | None:
@@ -125,12 +148,15 @@ def refusal(args: argparse.Namespace) -> str | None:
         return "--varlen sets its own lengths and batch; drop --seqlen and --batch"
     if args.decode and (args.seqlen or args.batch or args.nheads):
         return "--decode sets its own shapes; drop --seqlen, --batch and --nheads"
-    given = {"--softcap": args.softcap, "--sink": args.sink, "--alibi": args.alibi}
+    given = {"--softcap": args.softcap, "--sink": args.sink, "--alibi": args.alibi, "--headdim-v": args.headdim_v}
     variants = [flag for flag, value in given.items() if value]
     if (args.varlen or args.decode) and variants:
         if len(variants) == 1:
             return f"{variants[0]} applies to the dense grid; drop --varlen or --decode"
         return f"{', '.join(variants[:-1])} and {variants[-1]} apply to the dense grid; drop --varlen or --decode"
+    if args.headdim_v and len(args.headdim_v) not in (1, len(headdims := grid_spec(args).headdims)):
+        counts = f"--headdim-v gives {len(args.headdim_v)} head dims for {len(headdims)} of --headdim"
+        return f"{counts} ({','.join(map(str, headdims))}); give one, or one per --headdim"
     if args.decode and args.pass_ != "fwd":
         return "--decode times inference (flash_attn_with_kvcache has no backward); drop --pass"
     return None
@@ -182,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     backends, skipped = select_backends(args.backends, decode=args.decode)
     out_dir = args.out or Path("out/bench") / datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
-    extra = {"pass": config.pass_, "settings": dataclasses.asdict(config), "grid": dataclasses.asdict(spec)}
+    extra = {"pass": config.pass_, "settings": dataclasses.asdict(config), "grid": grid_meta(spec)}
     results = Results(meta.collect({**extra, "skipped_backends": skipped}))
     if not (args.varlen or args.decode):  # tiny dense calls: the default grid's run gives these figures
         results.host_overhead_us = host_overheads(backends, shapes[0])

@@ -17,12 +17,14 @@ Spec = TypeVar("Spec", GridSpec, VarlenSpec, DecodeSpec)
 BOOLS = {"no": False, "false": False, "0": False, "yes": True, "true": True, "1": True}
 
 
-def comma_list(parse_item: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
-    """An argparse type for "a,b,c": each item parsed, duplicates dropped, order kept."""
+def comma_list(parse_item: Callable[[str], T], unique: bool = True) -> Callable[[str], tuple[T, ...]]:
+    """An argparse type for "a,b,c": each item parsed, order kept, duplicates dropped unless not ``unique`` (a list
+    paired item by item with another keeps them)."""
 
     def parse(text: str) -> tuple[T, ...]:
         try:
-            items = tuple(dict.fromkeys(parse_item(item.strip()) for item in text.split(",") if item.strip()))
+            items = tuple(parse_item(item.strip()) for item in text.split(",") if item.strip())
+            items = tuple(dict.fromkeys(items)) if unique else items
         except (KeyError, ValueError) as exc:
             raise argparse.ArgumentTypeError(str(exc)) from exc
         if not items:

@@ -21,8 +21,20 @@ def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> float:
 
 
 def attention_flops(
-    batch: int, nheads: int, seqlen_q: int, seqlen_k: int, headdim: int, causal: bool, pass_: str = "fwd"
+    batch: int,
+    nheads: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    headdim: int,
+    causal: bool,
+    pass_: str = "fwd",
+    headdim_v: int | None = None,
 ) -> float:
-    """FLOPs of one pass: the forward is two matmuls (Q Kᵀ and P V) of 2·headdim FLOPs per attended pair."""
+    """FLOPs of one pass: the forward is two matmuls per attended pair, Q Kᵀ of 2·headdim FLOPs and P V of
+    2·headdim_v (v's head dim; None: headdim), so 2·batch·nheads·pairs·(headdim + headdim_v), which is
+    4·batch·nheads·pairs·headdim when v has q's head dim. The backward counts PASS_FACTOR times the forward, as
+    flash-attention's benchmarks count it with a v head dim of its own: its five matmuls (Q Kᵀ again, dO Vᵀ, Pᵀ dO,
+    dS K, dSᵀ Q) are exactly 2.5 forwards only where the head dims agree (2·pairs·(3·headdim + 2·headdim_v) in all)."""
     pairs = attended_pairs(seqlen_q, seqlen_k, causal)
-    return 4.0 * batch * nheads * headdim * pairs * PASS_FACTOR[pass_]
+    headdim_v = headdim if headdim_v is None else headdim_v
+    return 2.0 * batch * nheads * (headdim + headdim_v) * pairs * PASS_FACTOR[pass_]

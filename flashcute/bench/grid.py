@@ -24,15 +24,18 @@ HIDDEN = 2048
 
 Scores = tuple[float, bool, bool]
 """A shape's score variants: (softcap, sink, alibi)."""
-Group = tuple[str, int, bool | None, Scores]
-"""What the shapes of one table and plot share: (dtype, headdim, causal or None for decode shapes, score variants)."""
+Variants = tuple[float, bool, bool, int | None]
+"""How a shape departs from plain attention: its score variants and v's head dim, (softcap, sink, alibi, headdim_v),
+headdim_v None where v has q's head dim."""
+Group = tuple[str, int, bool | None, Variants]
+"""What the shapes of one table and plot share: (dtype, headdim, causal or None for decode shapes, variants)."""
 
 
 @dataclass(frozen=True)
 class Shape:
-    """One attention problem: q is (batch, seqlen_q, nheads, headdim) and k, v are (batch, seqlen, nheads_k,
-    headdim), of `dtype`; seqlen_q and nheads_k default to seqlen and nheads (self-attention, as many K/V heads as
-    query heads).
+    """One attention problem: q is (batch, seqlen_q, nheads, headdim), k is (batch, seqlen, nheads_k, headdim) and
+    v (batch, seqlen, nheads_k, headdim_v), of `dtype`; seqlen_q, nheads_k and headdim_v default to seqlen, nheads
+    and headdim (self-attention, as many K/V heads as query heads, v as wide as q and k). out is v's width.
 
     A packed batch (`lengths` given) holds batch = len(lengths) sequences of those lengths, one after another, in q,
     k, v of (sum(lengths), nheads, headdim), for flash_attn_varlen_func; its seqlen is the longest sequence (the
@@ -63,6 +66,8 @@ class Shape:
     """A learnable sink: one logit per query head in every row's softmax denominator (gpt-oss)."""
     alibi: bool = False
     """The ALiBi bias -slope * |i + seqlen_k - seqlen_q - j| on the scores, a slope per query head."""
+    headdim_v: int | None = None
+    """v's (and out's) head dim where it differs from q's and k's (DeepSeek-style: 192 and 128); None: headdim."""
 
     @property
     def scores(self) -> Scores:
@@ -70,10 +75,15 @@ class Shape:
         return (self.softcap, self.sink, self.alibi)
 
     @property
+    def variants(self) -> Variants:
+        """The score variants and v's own head dim: (softcap, sink, alibi, headdim_v)."""
+        return (*self.scores, self.headdim_v)
+
+    @property
     def group(self) -> Group:
         """Shapes that differ only in size (seqlen, batch, packing) share a group: one table, one plot. Decode
         shapes of a dtype and head dim share one group whatever their mask (None): one table of decode steps."""
-        return (self.dtype, self.headdim, None if self.decode else self.causal, self.scores)
+        return (self.dtype, self.headdim, None if self.decode else self.causal, self.variants)
 
     @property
     def packed(self) -> bool:
@@ -102,6 +112,11 @@ class Shape:
         return self.nheads if self.nheads_k is None else self.nheads_k
 
     @property
+    def v_headdim(self) -> int:
+        """v's head dim, the width of out."""
+        return self.headdim if self.headdim_v is None else self.headdim_v
+
+    @property
     def tokens(self) -> int:
         """Rows of q: every sequence's tokens."""
         return sum(self.lengths) if self.packed else self.batch * self.q_seqlen
@@ -110,7 +125,7 @@ class Shape:
     def kv_bytes(self) -> int:
         """Bytes of K and V: what a decode step must read, whatever else it does."""
         keys = sum(self.lengths) if self.packed else self.batch * self.seqlen
-        return 2 * keys * self.kv_heads * self.headdim * ELEMENT_BYTES[self.dtype]
+        return keys * self.kv_heads * (self.headdim + self.v_headdim) * ELEMENT_BYTES[self.dtype]
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -120,9 +135,10 @@ class Shape:
 
     def flops(self, pass_: str) -> float:
         """A packed batch's FLOPs are summed sequence by sequence: none between two sequences is attended."""
+        dims = {"headdim": self.headdim, "causal": self.causal, "pass_": pass_, "headdim_v": self.headdim_v}
         if self.packed:
-            return sum(attention_flops(1, self.nheads, n, n, self.headdim, self.causal, pass_) for n in self.lengths)
-        return attention_flops(self.batch, self.nheads, self.q_seqlen, self.seqlen, self.headdim, self.causal, pass_)
+            return sum(attention_flops(1, self.nheads, n, n, **dims) for n in self.lengths)
+        return attention_flops(self.batch, self.nheads, self.q_seqlen, self.seqlen, **dims)
 
     @property
     def length_label(self) -> str:
@@ -147,7 +163,7 @@ class Shape:
 
     def label(self) -> str:
         if self.decode:
-            return f"{group_label((self.dtype, self.headdim, self.causal, self.scores))} · {self._decode_size}"
+            return f"{group_label((self.dtype, self.headdim, self.causal, self.variants))} · {self._decode_size}"
         tokens = f" ({self.tokens} tokens)" if self.packed else ""
         return f"{group_label(self.group)} · L={self.length_label} B={self.batch}{tokens} H={self.nheads}"
 
@@ -167,6 +183,8 @@ class GridSpec:
     """Without (False) and with (True) a learnable sink."""
     alibis: tuple[bool, ...] = (False,)
     """Without (False) and with (True) the ALiBi bias."""
+    headdims_v: tuple[int, ...] = ()
+    """v's head dim for each of headdims in order, or one for all of them; empty: v as wide as q and k."""
 
 
 FULL = GridSpec()
@@ -251,7 +269,7 @@ def packed_lengths(tokens: int, min_len: int, max_len: int, seed: int) -> tuple[
 
 
 def make_grid(spec: GridSpec | VarlenSpec | DecodeSpec) -> list[Shape]:
-    """Every combination, grouped by score variants (the plain grid first), then (dtype, headdim, causal): with
+    """Every combination, grouped by score variants (the plain grid first), then (dtype, head dims, causal): with
     seqlen ascending inside a group, or for the packed case the packed batch, then the dense one; decode shapes
     grouped by (dtype, headdim), in the order of the spec's points."""
     if isinstance(spec, VarlenSpec):
@@ -259,7 +277,7 @@ def make_grid(spec: GridSpec | VarlenSpec | DecodeSpec) -> list[Shape]:
     if isinstance(spec, DecodeSpec):
         return _decode_grid(spec)
     variants = itertools.product(spec.softcaps, spec.sinks, spec.alibis)
-    combos = itertools.product(variants, spec.dtypes, spec.headdims, spec.causals, sorted(spec.seqlens))
+    combos = itertools.product(variants, spec.dtypes, headdim_pairs(spec), spec.causals, sorted(spec.seqlens))
     return [
         Shape(
             dtype=dtype,
@@ -271,9 +289,23 @@ def make_grid(spec: GridSpec | VarlenSpec | DecodeSpec) -> list[Shape]:
             softcap=softcap,
             sink=sink,
             alibi=alibi,
+            headdim_v=headdim_v,
         )
-        for (softcap, sink, alibi), dtype, headdim, causal, seqlen in combos
+        for (softcap, sink, alibi), dtype, (headdim, headdim_v), causal, seqlen in combos
     ]
+
+
+def headdim_pairs(spec: GridSpec) -> list[tuple[int, int | None]]:
+    """(headdim, headdim_v) for each of spec.headdims: headdims_v paired with them in order (one value: for all),
+    headdim_v None where v is as wide as q, so that such a shape equals one of a grid without headdims_v."""
+    widths = spec.headdims_v * len(spec.headdims) if len(spec.headdims_v) == 1 else spec.headdims_v
+    if not widths:
+        return [(headdim, None) for headdim in spec.headdims]
+    if len(widths) != len(spec.headdims):
+        raise ValueError(
+            f"headdims_v {spec.headdims_v} pairs with headdims {spec.headdims}: give one, or one per head dim"
+        )
+    return [(d, None if dv == d else dv) for d, dv in zip(spec.headdims, widths, strict=True)]
 
 
 def _varlen_grid(spec: VarlenSpec) -> list[Shape]:
@@ -310,12 +342,18 @@ def seqlen_label(seqlen: int) -> str:
     return f"{seqlen // 1024}k" if seqlen % 1024 == 0 else str(seqlen)
 
 
+def headdim_name(headdim: int, headdim_v: int | None) -> str:
+    """The head dims as file names (and the kernels' configs) name them: "d128"; with v's own "d192v128"."""
+    return f"d{headdim}" if headdim_v is None else f"d{headdim}v{headdim_v}"
+
+
 def group_label(group: Group) -> str:
-    """A group's title: "bf16 · D=128 · causal", then its score variants ("· softcap 30 · sink · alibi"); for the
-    decode shapes' group (mask None) "bf16 · D=128 · decode"."""
-    dtype, headdim, causal, scores = group
+    """A group's title: "bf16 · D=128 · causal", then its score variants ("· softcap 30 · sink · alibi"); with v's
+    own head dim "bf16 · d192v128 · causal"; for the decode shapes' group (mask None) "bf16 · D=128 · decode"."""
+    dtype, headdim, causal, (softcap, sink, alibi, headdim_v) = group
     mask = "decode" if causal is None else "causal" if causal else "non-causal"
-    return " · ".join([dtype, f"D={headdim}", mask, *variant_names(scores)])
+    dims = f"D={headdim}" if headdim_v is None else headdim_name(headdim, headdim_v)
+    return " · ".join([dtype, dims, mask, *variant_names((softcap, sink, alibi))])
 
 
 def variant_names(scores: Scores) -> list[str]:

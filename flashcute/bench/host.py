@@ -37,7 +37,7 @@ FIRST_CALL_TIMEOUT_S = 600
 
 
 def tiny(like: Shape) -> Shape:
-    """like's dtype and head dim at the smallest problem: one sequence of 128, two heads."""
+    """like's dtype and head dims at the smallest problem: one sequence of 128, two heads."""
     return dataclasses.replace(like, causal=False, seqlen=128, batch=1, nheads=2)
 
 
@@ -79,7 +79,8 @@ def first_calls(backends: list[Backend], like: Shape) -> dict[str, dict[str, flo
 
 
 def _first_call_process(name: str, shape: Shape, cache: str) -> dict[str, float | str]:
-    command = [sys.executable, "-m", "flashcute.bench.host", name, shape.dtype, str(shape.headdim)]
+    dims = [str(shape.headdim), str(shape.v_headdim)]
+    command = [sys.executable, "-m", "flashcute.bench.host", name, shape.dtype, *dims]
     env = {**os.environ, "FLASHCUTE_CACHE_DIR": cache}
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=FIRST_CALL_TIMEOUT_S)
@@ -116,6 +117,7 @@ def first_call(name: str, shape: Shape) -> dict[str, float | str]:
 
 
 if __name__ == "__main__":
-    name, dtype, headdim = sys.argv[1:]
-    like = Shape(dtype=dtype, headdim=int(headdim), causal=False, seqlen=128, batch=1, nheads=2)
+    name, dtype, headdim, headdim_v = sys.argv[1:]
+    width = None if headdim_v == headdim else int(headdim_v)
+    like = Shape(dtype=dtype, headdim=int(headdim), causal=False, seqlen=128, batch=1, nheads=2, headdim_v=width)
     print(json.dumps(first_call(name, like)))

@@ -18,7 +18,8 @@ BLOCK_TABLE_SEED = 0
 class InputSet:
     """q, k, v: (batch, seqlen, nheads, headdim), or (tokens, nheads, headdim) for a packed shape, or for a decode
     shape q (batch, seqlen_q, nheads, headdim) and k, v its cache, (batch, seqlen, nheads_k, headdim) or pages
-    (num_pages, page_size, nheads_k, headdim); dout: the output's gradient, for passes with a backward."""
+    (num_pages, page_size, nheads_k, headdim); v (and so out) of the shape's v_headdim in place of headdim. dout:
+    the output's gradient, out's shape, for passes with a backward."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -34,13 +35,14 @@ def make_inputs(shape: Shape, with_grad: bool, device: str = "cuda") -> InputSet
         q_rows, kv_rows = (shape.batch, shape.q_seqlen), (shape.num_pages, shape.page_size)
     else:
         q_rows, kv_rows = (shape.batch, shape.q_seqlen), (shape.batch, shape.seqlen)
-    q_size, kv_size = (*q_rows, shape.nheads, shape.headdim), (*kv_rows, shape.kv_heads, shape.headdim)
+    q_size, k_size = (*q_rows, shape.nheads, shape.headdim), (*kv_rows, shape.kv_heads, shape.headdim)
+    v_size, out_size = (*kv_rows, shape.kv_heads, shape.v_headdim), (*q_rows, shape.nheads, shape.v_headdim)
 
     def randn(size: tuple[int, ...], requires_grad: bool) -> torch.Tensor:
         return torch.randn(size, dtype=shape.torch_dtype, device=device, requires_grad=requires_grad)
 
-    q, k, v = randn(q_size, with_grad), randn(kv_size, with_grad), randn(kv_size, with_grad)
-    return InputSet(q, k, v, randn(q_size, False) if with_grad else None)
+    q, k, v = randn(q_size, with_grad), randn(k_size, with_grad), randn(v_size, with_grad)
+    return InputSet(q, k, v, randn(out_size, False) if with_grad else None)
 
 
 def cu_seqlens(shape: Shape, device: str = "cuda") -> torch.Tensor:
@@ -76,8 +78,10 @@ def rotation_count(set_bytes: int, l2: int) -> int:
 
 
 def touched_bytes(inputs: InputSet) -> int:
-    """Bytes a pass reads and writes: q, k, v and out, plus dout, dq, dk and dv with a backward."""
-    tensor_bytes = inputs.q.nbytes + inputs.k.nbytes + inputs.v.nbytes + inputs.q.nbytes
+    """Bytes a pass reads and writes: q, k, v and out (q's rows and heads at v's head dim), plus dout, dq, dk and
+    dv with a backward."""
+    out_bytes = inputs.q.nbytes // inputs.q.shape[-1] * inputs.v.shape[-1]
+    tensor_bytes = inputs.q.nbytes + inputs.k.nbytes + inputs.v.nbytes + out_bytes
     return tensor_bytes * (1 if inputs.dout is None else 2)
 
 

@@ -1,10 +1,10 @@
-"""A PNG per (dtype, headdim, causal, score variants): TFLOP/s against seqlen, a line per backend. A packed batch
+"""A PNG per (dtype, headdim, causal, variants): TFLOP/s against seqlen, a line per backend. A packed batch
 has no one sequence length: a group that holds one gets a column per shape instead, a point per backend in each. So
 does a group of decode shapes, in TB/s."""
 
 from pathlib import Path
 
-from flashcute.bench.grid import Shape, group_label, variant_names
+from flashcute.bench.grid import Shape, group_label, headdim_name, variant_names
 from flashcute.bench.results import Results, Row, backend_names, by_group
 
 
@@ -56,16 +56,17 @@ def _tick(shape: Shape) -> str:
 
 
 def write_plots(results: Results, out_dir: Path) -> list[Path]:
-    """One PNG per group in out_dir; returns their paths."""
+    """One PNG per group in out_dir, named by pass, dtype, head dims, mask and score variants
+    ("fwd_bf16_d192v128_causal_sink.png"); returns their paths."""
     gpu = results.meta.get("gpu", {}).get("name", "")
     colors = {backend: f"C{i % 10}" for i, backend in enumerate(backend_names(results.rows))}  # same in every plot
     paths = []
     for group, rows in by_group(results.rows).items():
-        dtype, headdim, causal, scores = group
+        dtype, headdim, causal, (softcap, sink, alibi, headdim_v) = group
         pass_ = rows[0].pass_
         mask = "decode" if causal is None else "causal" if causal else "noncausal"
-        variants = "".join(f"_{name.replace(' ', '')}" for name in variant_names(scores))
-        path = out_dir / f"{pass_}_{dtype}_d{headdim}_{mask}{variants}.png"
+        variants = "".join(f"_{name.replace(' ', '')}" for name in variant_names((softcap, sink, alibi)))
+        path = out_dir / f"{pass_}_{dtype}_{headdim_name(headdim, headdim_v)}_{mask}{variants}.png"
         plot_group(rows, f"{pass_} · {group_label(group)} · {gpu}".rstrip(" ·"), colors, path)
         paths.append(path)
     return paths

@@ -54,13 +54,17 @@ class Row:
     def to_dict(self) -> dict:
         fields = asdict(self)
         del fields["shape"], fields["pass_"]
+        shape = asdict(self.shape)
+        if shape["headdim_v"] is None:  # recorded only where v's head dim differs from q's
+            del shape["headdim_v"]
         figures = {"tflops": self.tflops, "tbps": self.tbps}
-        return {"backend": self.backend, "pass": self.pass_, **asdict(self.shape), **fields, **figures}
+        return {"backend": self.backend, "pass": self.pass_, **shape, **fields, **figures}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Row":
         # rows saved before packed batches (decode shapes, sinks and ALiBi) were timed have no lengths (seqlen_q,
-        # nheads_k, page_size; sink, alibi), whose defaults stand for them; JSON gives lengths back as a list
+        # nheads_k, page_size; sink, alibi), whose defaults stand for them, as for headdim_v, saved only where v's
+        # head dim differs; JSON gives lengths back as a list
         fields = {name: data[name] for name in Shape.__dataclass_fields__ if name in data}
         shape = Shape(**{**fields, "lengths": tuple(data.get("lengths", ()))})
         names = set(cls.__dataclass_fields__) - {"shape", "pass_"}
@@ -104,8 +108,8 @@ class Results:
 
 
 def by_group(rows: list[Row]) -> dict[Group, list[Row]]:
-    """Rows by Shape.group, (dtype, headdim, causal, score variants) with causal None for decode, in the order of
-    the sweep."""
+    """Rows by Shape.group, (dtype, headdim, causal, variants) with causal None for decode, in the order of the
+    sweep."""
     groups: dict[Group, list[Row]] = {}
     for row in rows:
         groups.setdefault(row.shape.group, []).append(row)
