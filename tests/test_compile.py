@@ -31,8 +31,8 @@ from flashcute import compile_cache
 from flashcute.kernels import registry
 from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MASK_NAMES, dtype_in_turn, in_sample
 from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, CombineConfig
-from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants
-from flashcute.kernels.sm80.config import BwdConfig
+from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants, machine_code
+from flashcute.kernels.sm80.config import BwdConfig, bwd_config, fwd_config
 from flashcute.kernels.sm90.config import Sm90BwdConfig, Sm90FwdConfig, sm90_fwd_config
 from flashcute.kernels.variants import alternative_tile_variants
 
@@ -514,6 +514,29 @@ def report_of(reports: dict[str, SassReport | Exception], variant_id: str) -> Sa
     if isinstance(report, Exception):
         pytest.fail(f"{variant_id} did not compile: {type(report).__name__}: {report}")
     return report
+
+
+# Plain configs of each kernel that takes v's head dim apart from q's: the Hopper forward with O in Q's shared memory,
+# the sm80 forward and the sm80 dK/dV kernel
+PLAIN_WIDTHS = [
+    (sm90_fwd_config(192, "bfloat16", -1, 0), "sm_90a"),
+    (fwd_config(128, "float16", -1, -1, arch="sm_80"), "sm_80"),
+    (bwd_config(64, "bfloat16", -1, 0), "sm_80"),
+]
+
+
+@pytest.mark.parametrize(("config", "arch"), PLAIN_WIDTHS, ids=[f"{a}-{c.label}" for c, a in PLAIN_WIDTHS])
+def test_v_named_at_q_width_builds_the_plain_kernel(tmp_path, config, arch: str):
+    """A config that names v's head dim as q's generates the plain config's machine code: the code that takes v's
+    width apart from q's reduces to the plain kernel's where the widths agree."""
+    widths = {"head_dim_v_padded": config.head_dim_padded, "exact_head_dim_v": config.exact_head_dim}
+    named = dataclasses.replace(config, **widths)
+    code = []
+    for variant, folder in ((config, tmp_path / "plain"), (named, tmp_path / "named")):
+        registry.compile_any(variant, arch, folder)
+        (cubin,) = folder.glob("*.cubin")
+        code.append(machine_code(cubin))
+    assert code[0].count("\n") > 1000 and code[0] == code[1]
 
 
 @pytest.mark.parametrize(("config", "arch"), VARIANTS, ids=IDS)

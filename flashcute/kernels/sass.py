@@ -121,6 +121,14 @@ def inspect_cubin(cubin: Path) -> SassReport:
     return SassReport(arch=arch, registers=registers, stack_bytes=stack_bytes, opcodes=dict(opcodes))
 
 
+def machine_code(cubin: Path) -> str:
+    """The instructions of a cubin's disassembly, one a line, without their addresses, labels or directives: what
+    two builds that should generate the same code are compared by."""
+    lines = (line.strip() for line in _run("nvdisasm", "-c", str(cubin)).splitlines())
+    code = (line for line in lines if line and not line.startswith(("//", ".")))
+    return "\n".join(re.sub(r"/\*[0-9a-f]{4,}\*/", "", line).strip() for line in code)
+
+
 def compile_and_inspect(config, arch: str, dump_dir: Path) -> SassReport:
     """Compile the kernel for ``config`` and ``arch`` into ``dump_dir`` (emptied first) and inspect it."""
     from flashcute.kernels.registry import compile_any
