@@ -649,6 +649,12 @@ def test_headdim_v_flag_pairs_with_headdim():
     assert {(s.headdim, s.headdim_v) for s in make_grid(cli.grid_spec(same))} == {(64, None), (128, 64)}
     assert make_grid(cli.grid_spec(parse("--headdim-v", "64,128,256"))) == make_grid(FULL)
     assert parse().headdim_v is None and cli.grid_spec(parse()) == FULL
+    # a head dim repeated to pair it with two v head dims: the pair and the plain shape in one run; repeated
+    # without a list of --headdim-v it is one head dim
+    both = parse("--dtype", "bf16", "--headdim", "192,192", "--headdim-v", "128,192", "--seqlen", "1k")
+    both = make_grid(cli.grid_spec(both))
+    assert [(s.headdim, s.headdim_v) for s in both if s.causal] == [(192, 128), (192, None)]
+    assert cli.grid_spec(parse("--headdim", "128,128,64")).headdims == (128, 64)
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--headdim-v",
         type=comma_list(parse_size, unique=False),
         help="v's head dim (DeepSeek-style: --headdim 192 --headdim-v 128), one for every --headdim or a comma list "
-        "paired with --headdim in order (default: v as wide as q and k). FLOPs count 2 B H Lq Lk (D + Dv) a "
+        "paired with --headdim in order (--headdim 192,192 --headdim-v 128,192: both; default: v as wide as q "
+        "and k). FLOPs count 2 B H Lq Lk (D + Dv) a "
         "forward; backends that take v of one head dim only report so",
     )
     case = grid.add_mutually_exclusive_group()

@@ -67,7 +67,9 @@ def add_grid_arguments(
         "--dtype", type=comma_list(parse_dtype), help=f"comma list of bf16, fp16 (default: {','.join(default.dtypes)})"
     )
     grid.add_argument(
-        "--headdim", type=comma_list(parse_size), help=f"comma list (default: {','.join(map(str, default.headdims))})"
+        "--headdim",
+        type=comma_list(parse_size, unique=False),
+        help=f"comma list (default: {','.join(map(str, default.headdims))})",
     )
     grid.add_argument("--causal", type=comma_list(parse_causal), help=f"comma list of no, yes (default: {masks})")
     grid.add_argument(
@@ -82,10 +84,14 @@ def add_grid_arguments(
 
 def grid_from_flags(args: argparse.Namespace, default: Spec) -> Spec:
     """``default`` with the grid flags that were given (a VarlenSpec takes no --seqlen or --batch, a DecodeSpec
-    neither, nor --nheads)."""
+    neither, nor --nheads). --headdim keeps a repeated head dim only to pair it with another v head dim (a list of
+    --headdim-v)."""
+    headdims = args.headdim
+    if headdims is not None and len(getattr(args, "headdim_v", None) or ()) <= 1:
+        headdims = tuple(dict.fromkeys(headdims))
     flags = {
         "dtypes": args.dtype,
-        "headdims": args.headdim,
+        "headdims": headdims,
         "causals": args.causal,
         "seqlens": args.seqlen,
         "batch": args.batch,

@@ -305,7 +305,8 @@ def headdim_pairs(spec: GridSpec) -> list[tuple[int, int | None]]:
         raise ValueError(
             f"headdims_v {spec.headdims_v} pairs with headdims {spec.headdims}: give one, or one per head dim"
         )
-    return [(d, None if dv == d else dv) for d, dv in zip(spec.headdims, widths, strict=True)]
+    pairs = ((d, None if dv == d else dv) for d, dv in zip(spec.headdims, widths, strict=True))
+    return list(dict.fromkeys(pairs))
 
 
 def _varlen_grid(spec: VarlenSpec) -> list[Shape]:
