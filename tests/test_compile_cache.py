@@ -286,3 +286,79 @@ def test_kernels_loaded_from_the_disk_cache_run_as_compiled(kernel, monkeypatch)
             assert torch.equal(a, b), f"output {i} differs"
         else:
             torch.testing.assert_close(a, b, rtol=2**-7, atol=1e-3, msg=f"output {i} differs")
+
+
+# Calls of each kind a family's backward serves: (deterministic, packed, softcap, alibi, head_dim_v), head dim 64
+BACKWARD_CALLS = [
+    (False, False, False, False, 64),
+    (True, False, False, False, 64),
+    (False, True, True, False, 64),
+    (False, False, False, True, 64),
+    (True, False, True, False, 64),
+    (False, False, False, False, 40),
+]
+
+
+@pytest.mark.parametrize("call", BACKWARD_CALLS, ids=str)
+@pytest.mark.parametrize("name", ["sm90", "sm80"])
+def test_backward_configs_are_what_backward_builds(monkeypatch, name, call):
+    """backward_configs names exactly the kernels a family's backward builds for such a call (what a forward that
+    needs a gradient prefetches): its launches run on CPU tensors with the build recorded and the launch left out."""
+    import torch
+
+    from flashcute.kernels import registry
+    from flashcute.kernels.common import prepost
+
+    deterministic, packed, capped, alibi, head_dim_v = call
+    family = registry.family(name)
+    if not family.supports_backward(64, deterministic, packed, head_dim_v=head_dim_v):
+        pytest.skip(f"the {name} backward hands such calls on")
+    built = []
+    for module in (family, prepost):
+        monkeypatch.setattr(module, "compiled", lambda config, device, compile: built.append(config))
+        monkeypatch.setattr(module, "run_on_device", lambda *args: None)
+    q, k = torch.randn(2, 100, 4, 64, dtype=torch.bfloat16), torch.randn(2, 150, 2, 64, dtype=torch.bfloat16)
+    v = torch.randn(2, 150, 2, head_dim_v, dtype=torch.bfloat16)
+    out, dout = (torch.randn(2, 100, 4, head_dim_v, dtype=torch.bfloat16) for _ in "od")
+    lse = torch.randn(2, 4, 100)
+    packed_args = None
+    if packed:  # one sequence a batch row, as the packed launches take them
+        q, k, v, out, dout = (t.flatten(0, 1)[None] for t in (q, k, v, out, dout))
+        lse = lse.permute(1, 0, 2).reshape(1, 4, 200)
+        cu = (torch.tensor([0, 100, 200], dtype=torch.int32), torch.tensor([0, 150, 300], dtype=torch.int32))
+        packed_args = (*cu, cu[0][1:] - cu[0][:-1], cu[1][1:] - cu[1][:-1], 100, 150)
+    slopes = torch.ones(2, 4) if alibi else None
+    scalars = (0.125, 50, -1, 0)
+    family.backward(dout, q, k, v, out, lse, *scalars, deterministic, packed_args, 3.0 if capped else 0.0, slopes)
+    scores = {"packed": packed, "softcap": capped, "alibi": alibi, "head_dim_v": head_dim_v}
+    assert tuple(built) == family.backward_configs("bfloat16", 64, -1, 0, deterministic, **scores)
+
+
+@pytest.mark.compile
+def test_prefetched_kernels_are_built_in_a_process_of_their_own(monkeypatch, tmp_path):
+    """prefetch builds a config in another process, into the disk cache; get_compiled then waits for that process
+    and loads the entry instead of building; a config already on disk starts no process."""
+    from flashcute.kernels.common.prepost_config import bwd_post_config
+
+    monkeypatch.setenv("FLASHCUTE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compile_cache, "_memory", {})
+    monkeypatch.setattr(compile_cache, "_builders", {})
+    monkeypatch.setattr(compile_cache.os, "cpu_count", lambda: 8)  # cores to spare for a build beside this one
+    config = bwd_post_config(64, "bfloat16")
+    compile_cache.prefetch("sm_80", [config])
+    assert list(compile_cache._builders) == [("sm_80", config)]
+
+    def build():
+        raise AssertionError("built here although a process was building it")
+
+    assert callable(compile_cache.get_compiled("sm_80", config, build))
+    assert not compile_cache._builders and len(compile_cache.entries(tmp_path)) == 1
+    monkeypatch.setattr(compile_cache, "_memory", {})
+    compile_cache.prefetch("sm_80", [config])
+    assert not compile_cache._builders
+
+
+@pytest.mark.parametrize(("cores", "processes"), [(1, [0, 0, 0]), (2, [0, 0, 0]), (4, [1, 1, 1]), (16, [1, 2, 3])])
+def test_builds_go_to_processes_where_cores_are_to_spare(monkeypatch, cores, processes):
+    monkeypatch.setattr(compile_cache.os, "cpu_count", lambda: cores)
+    assert [compile_cache.builder_processes(n) for n in (1, 2, 3)] == processes
