@@ -5,8 +5,9 @@
 #
 # Writes under OUT_DIR: gpu.txt, compile.log, pytest.log (+ junit.xml), bench.log and bench.tar.gz (results.json,
 # results.md, plots), then prints a short summary last. SKIP_BENCH=1 skips the benchmark; SANITIZE=1 also runs
-# `flashcute sanitize` (compute-sanitizer over every kind of kernel) into OUT_DIR/sanitize. Run it from the
-# repository root, with CuTe DSL importable.
+# `flashcute sanitize` (compute-sanitizer over every kind of kernel) into OUT_DIR/sanitize. The tests run in WORKERS
+# processes (pytest-xdist; default: half the cores, at most 8; WORKERS=1: one), those of one xdist_group (the ones
+# that need most of the GPU's memory) in the same one. Run it from the repository root, with CuTe DSL importable.
 set -uo pipefail
 out=${1:?usage: gpu_suite.sh OUT_DIR [pytest args] [-- bench args]}
 shift
@@ -26,7 +27,12 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 python3 -m flashcute warmup --all --arch "$arch" --jobs "$(nproc)" > "$out/compile.log" 2>&1
 tail -n 1 "$out/compile.log"
 
-python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/junit.xml" "${pytest_args[@]}" 2>&1 \
+workers=${WORKERS:-$(( $(nproc) / 2 < 8 ? $(nproc) / 2 : 8 ))}
+parallel=()
+if [ "$workers" -gt 1 ] && python3 -c 'import xdist' 2>/dev/null; then
+  parallel=(-n "$workers" --dist loadgroup)
+fi
+python3 -m pytest -m gpu -q -p no:cacheprovider "${parallel[@]}" --junitxml="$out/junit.xml" "${pytest_args[@]}" 2>&1 \
   | tee "$out/pytest.log" | tail -n 25
 test_rc=${PIPESTATUS[0]}
 

@@ -136,6 +136,7 @@ def test_long_sequences_many_tiles(mask, kernel):
     check_grads(q, k, v, kernel=kernel, **mask)
 
 
+@pytest.mark.xdist_group("most-of-the-gpu-memory")  # one worker at a time under pytest-xdist (gpu_suite.sh)
 def test_tensors_past_2_31_elements(kernel):
     """q, k, v (and dO, dQ, dK, dV) of more than 2**31 elements each: element offsets need 64 bits. Every batch
     element's attention is independent, so the output and gradients of a few of them (at the start, the middle and
