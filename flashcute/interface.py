@@ -486,11 +486,11 @@ def varlen_outputs(
     no sequence counts (past seqused_q) are O = 0, LSE = -inf, as are rows whose sequence has no key (LSE = the
     head's sink, with ``learnable_sink``). ``alibi_slopes``: (nheads,) or (batch, nheads), a row per sequence."""
     total_q, nheads, _ = q.shape
-    skipped = seqused_q is not None
-    out = (torch.zeros if skipped else torch.empty)((total_q, nheads, v.shape[-1]), dtype=q.dtype, device=q.device)
-    lse = (torch.full if skipped else torch.empty)(
-        (nheads, total_q), *((-math.inf,) if skipped else ()), dtype=torch.float32, device=q.device
-    )
+    # allocated from q (torch.empty with a dtype and device takes twice the host time: design.md, A call's host path)
+    out, lse = q.new_empty((total_q, nheads, v.shape[-1])), q.new_empty((nheads, total_q), dtype=torch.float32)
+    if seqused_q is not None:  # rows past a sequence's seqused_q are never written
+        out.zero_()
+        lse.fill_(-math.inf)
     if total_q == 0 or cu_seqlens_q.shape[0] == 1 or max_seqlen_q == 0:
         return out, lse
     sink = kernel_sink(learnable_sink)
