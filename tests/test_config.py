@@ -60,6 +60,38 @@ def test_o_gets_its_own_shared_memory_where_it_fits():
     assert aliased == {192, 256}
 
 
+# every (q's head dim, v's) the sm90 forward takes that the GPU tests run: the pairs models use and padded ones
+VALUE_PAIRS = [(192, 128), (128, 64), (96, 40), (72, 64), (256, 128), (256, 256 - 8), (64, 32)]
+
+
+@pytest.mark.parametrize("window", MASK_VARIANTS[:2], ids=str)
+@pytest.mark.parametrize("head_dims", VALUE_PAIRS, ids=str)
+def test_sm90_forward_with_v_of_its_own_head_dim(head_dims, window):
+    """v's head dim apart from q's: a config of its own that fits, the tile choices that follow V's width by v's
+    bucket, O in Q's shared memory only where it would not fit beside it, and the family takes the call."""
+    head_dim, head_dim_v = head_dims
+    config = sm90_fwd_config(head_dim, "bfloat16", *window, head_dim_v=head_dim_v)
+    bucket, bucket_v = config.head_dim_padded, config.head_dim_v_padded
+    assert FlashAttentionForwardSm90.can_implement(config, "sm_90a") is None
+    assert bucket_v >= head_dim_v and config.exact_head_dim_v == (bucket_v == head_dim_v)
+    assert f"d{bucket}" in config.label and f"v{bucket_v}" in config.label
+    assert config.rescale_o_early == (bucket_v > 128)
+    assert config.exp_in_place == (window[1] >= 0 and bucket_v >= 192)
+    plain = sm90_fwd_config(head_dim, "bfloat16", *window)
+    expected = (128, 128) if (bucket, bucket_v) == (192, 128) else (plain.block_m, plain.block_n)  # else q's tiles
+    assert (config.block_m, config.block_n) == expected
+    assert config.o_aliases_q == (config._smem_bytes(separate_o=True) > SMEM_BYTES)
+    assert config.smem_bytes() <= SMEM_BYTES
+    assert registry.family("sm90").supports_forward(head_dim, head_dim_v)
+    assert sm90_fwd_config(head_dim, "bfloat16", *window, head_dim_v=head_dim) == plain  # the same width: plain
+
+
+def test_sm90_forward_refuses_v_wider_than_q():
+    assert not registry.family("sm90").supports_forward(64, 72)
+    wide = dataclasses.replace(sm90_fwd_config(128, "bfloat16"), head_dim_v_padded=192, exact_head_dim_v=True)
+    assert "head_dim_v_padded=192" in FlashAttentionForwardSm90.can_implement(wide, "sm_90a")
+
+
 @pytest.mark.parametrize("window", MASK_VARIANTS, ids=str)
 def test_sm90_heuristic_by_mask(window):
     config = sm90_fwd_config(64, "bfloat16", *window)
