@@ -134,7 +134,7 @@ class SplitPlan:
         batch, seqlen_q, nheads, headdim = q.shape
         nheads_k, group, rows, splits = self.nheads_k, self.group, self.rows, self.splits
         headdim_v = values.shape[-1]
-        out = q.new_empty(q.shape) if headdim_v == headdim else q.new_empty((batch, seqlen_q, nheads, headdim_v))
+        out = q.new_empty((batch, seqlen_q, nheads, headdim_v))
         lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
         sink = kernel_sink(learnable_sink)
         if self.max_keys == 0 or q.numel() == 0:

@@ -102,12 +102,9 @@ def forward_launcher(
     launch = _forward_launchers.get(key)
     if launch is None:
         window = (window_left, window_right)
-        scores = {"softcap": softcap, "sink": sink, "alibi": alibi}
-        if head_dim_v is None:
-            launch = pick(device, kernel)[0].forward_launcher(device, dtype, head_dim, *window, packed, **scores)
-        else:
-            family = next(f for f in pick(device, kernel) if f.supports_forward(head_dim, head_dim_v))
-            launch = family.forward_launcher(device, dtype, head_dim, *window, packed, head_dim_v=head_dim_v, **scores)
+        scores = {"softcap": softcap, "sink": sink, "alibi": alibi, "head_dim_v": head_dim_v}
+        family = next(f for f in pick(device, kernel) if f.supports_forward(head_dim, head_dim_v or head_dim))
+        launch = family.forward_launcher(device, dtype, head_dim, *window, packed, **scores)
         _forward_launchers[key] = launch
     return launch
 
@@ -179,11 +176,16 @@ def prefetch_backward(
     compile_cache.prefetch(device_arch(q.device), configs)
 
 
-def config_type(name: str) -> type:
-    """The config dataclass of that name, a family's or a shared kernel's."""
+def _kernel_modules() -> list[ModuleType]:
+    """Every module that compiles kernels from configs: the families' and the shared kernels' (prepost)."""
     from flashcute.kernels.common import prepost
 
-    for module in (*families(), prepost):
+    return [*families(), prepost]
+
+
+def config_type(name: str) -> type:
+    """The config dataclass of that name, a family's or a shared kernel's."""
+    for module in _kernel_modules():
         for config_class in module.CONFIG_TYPES:
             if config_class.__name__ == name:
                 return config_class
@@ -192,9 +194,7 @@ def config_type(name: str) -> type:
 
 def compile_any(config, arch: str, dump_dir=None):
     """Compile whichever kernel ``config`` configures, a family's or a shared one."""
-    from flashcute.kernels.common import prepost
-
-    for module in (*families(), prepost):
+    for module in _kernel_modules():
         if isinstance(config, module.CONFIG_TYPES):
             return module.compile(config, arch, dump_dir)
     raise TypeError(f"no kernel is configured by a {type(config).__name__}")
