@@ -23,10 +23,6 @@ generated code, and nothing else:
   version).
 
 Stale entries are never read again, only left on disk; delete the folder to reclaim the space.
-
-``prefetch`` builds kernels that a call will need soon (a first training step's backward, while its forward runs)
-in processes of their own, into the disk cache; ``get_compiled`` of such a kernel waits for its process and loads
-the entry. Each is a fresh interpreter that imports only flashcute (``python -c``), never the caller's script.
 """
 
 from __future__ import annotations
@@ -41,7 +37,6 @@ import importlib.metadata
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -52,20 +47,6 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _lock = threading.Lock()
 _memory: dict[tuple[str, Any], Callable] = {}
 compile_seconds: dict[tuple[str, Any], float] = {}
-_builders: dict[tuple[str, Any], subprocess.Popen] = {}  # prefetch's processes, by (arch, config)
-# How long get_compiled waits for a prefetching process (a cold build takes seconds) before it builds the kernel
-# itself.
-BUILDER_TIMEOUT_S = 300
-# A prefetching process's program: build its configs in turn (``flashcute.kernels.variants.build_from_spec``).
-_BUILDER = "import sys; from flashcute.kernels.variants import build_from_spec; build_from_spec(*sys.argv[1:])"
-
-
-def builder_processes(configs: int) -> int:
-    """How many processes prefetch splits ``configs`` builds among: one a build where the cores allow two for
-    each besides this process's own (a process spends as long importing torch and CuTe DSL as building a kernel);
-    none below four cores, where builds beside this process's own slow both (docs/design.md, A call's host
-    path)."""
-    return min(configs, ((os.cpu_count() or 1) - 1) // 2)
 
 
 def cache_dir() -> Path | None:
@@ -236,53 +217,8 @@ def _save_to_disk(compiled: Any, directory: Path, name: str) -> None:
         library.unlink(missing_ok=True)
 
 
-def prefetch(arch: str, configs) -> None:
-    """Start building each of ``configs`` for ``arch`` that is neither in memory nor in the disk cache, each in a
-    process of its own that saves it there, so that the builds run beside this process's work and one another.
-    Nothing without a disk cache."""
-    directory = cache_dir()
-    if directory is None:
-        return
-    path = os.pathsep.join(filter(None, (str(_PACKAGE_DIR.parent), os.environ.get("PYTHONPATH"))))
-    with _lock:
-        missing = [
-            config
-            for config in dict.fromkeys(configs)
-            if (arch, config) not in _memory
-            and (arch, config) not in _builders
-            and not any((directory / f"{entry_name(arch, config)}{s}").exists() for s in ENTRY_SUFFIXES)
-        ]
-        processes = builder_processes(len(missing))
-        for share in (missing[i::processes] for i in range(processes)):  # (none: get_compiled builds them)
-            specs = [json.dumps({"type": type(c).__name__, "fields": dataclasses.asdict(c)}) for c in share]
-            try:
-                builder = subprocess.Popen(
-                    [sys.executable, "-c", _BUILDER, arch, *specs],
-                    env={**os.environ, "PYTHONPATH": path},
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            except OSError:  # no process to spare: get_compiled builds them when they are needed
-                return
-            _builders.update(((arch, config), builder) for config in share)
-
-
-def _await_builder(key: tuple[str, Any]) -> None:
-    """Wait for the process prefetch started for ``key``, if any (killed past BUILDER_TIMEOUT_S)."""
-    builder = _builders.pop(key, None)
-    if builder is None:
-        return
-    try:  # (a process building several configs is done with all of them when it exits)
-        builder.wait(timeout=BUILDER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        builder.kill()
-        builder.wait()
-
-
 def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
-    """The compiled kernel for (arch, config): from memory, else from disk (once a process that prefetch started
-    for it is done), else ``build()`` (and saved)."""
+    """The compiled kernel for (arch, config): from memory, else from disk, else ``build()`` (and saved)."""
     key = (arch, config)
     compiled = _memory.get(key)
     if compiled is not None:
@@ -291,7 +227,6 @@ def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
         if key in _memory:
             return _memory[key]
         start = time.perf_counter()
-        _await_builder(key)
         name = entry_name(arch, config)
         directory = cache_dir()
         compiled = _load_from_disk(directory, name) if directory else None

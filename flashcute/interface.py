@@ -232,11 +232,7 @@ class FlashAttention(torch.autograd.Function):
         tuple (apply looks at each argument it is given: one tuple costs it less than seven); ``learnable_sink``
         (nheads,) or None, differentiable; ``alibi_slopes`` or None, constants."""
         scalars, deterministic = options[:-1], options[-1]
-        if torch.compiler.is_compiling():
-            forward = _OPS.fwd.default
-        else:  # the backward's kernels build beside this forward where the cache lacks them
-            forward = forward_outputs
-            registry.prefetch_backward(q, v, *scalars[2:], deterministic, alibi_slopes is not None)
+        forward = _OPS.fwd.default if torch.compiler.is_compiling() else forward_outputs
         out, lse = forward(q, k, v, *scalars, learnable_sink, alibi_slopes)
         ctx.save_for_backward(q, k, v, out, lse, learnable_sink, alibi_slopes)
         ctx.scalars = (*scalars[:4], deterministic, *scalars[4:])  # backward_grads' order
@@ -609,11 +605,7 @@ class FlashAttentionVarlen(torch.autograd.Function):
         """``sequences``: (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k); ``options``: max_seqlen_q,
         max_seqlen_k, softmax_scale, window_left, window_right, kernel, softcap, deterministic."""
         scalars, deterministic = options[:-1], options[-1]
-        if torch.compiler.is_compiling():
-            forward = _OPS.varlen_fwd.default
-        else:  # the backward's kernels build beside this forward where the cache lacks them
-            forward = varlen_outputs
-            registry.prefetch_backward(q, v, *scalars[3:], deterministic, alibi_slopes is not None, packed=True)
+        forward = _OPS.varlen_fwd.default if torch.compiler.is_compiling() else varlen_outputs
         out, lse = forward(q, k, v, *sequences, *scalars, learnable_sink, alibi_slopes)
         ctx.save_for_backward(q, k, v, out, lse, *sequences, learnable_sink, alibi_slopes)
         ctx.scalars = (*scalars[:5], deterministic, *scalars[5:])  # launch_varlen_bwd's order

@@ -6,10 +6,8 @@ dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_di
 packed, softcap=False, sink=False, alibi=False[, head_dim_v])`` (a ``launch(q, k, v, out, lse, softmax_scale,
 diag_offset[, packed_args, softcap, sink, alibi])``; head_dim_v, v's head dim where it is not q's, only where
 ``supports_forward(head_dim, head_dim_v)``), ``supports_backward(head_dim, deterministic, packed, head_dim_v=None)``
-``backward(..., deterministic, packed_args, softcap, alibi)``
-(returning dq, dk, dv and D = rowsum(dO * O), (batch, nheads, rows >= seqlen_q) float32, 0 past seqlen_q) and
-``backward_configs(dtype, head_dim, window_left, window_right, deterministic, packed, softcap, alibi, head_dim_v)``
-(the configs that backward builds for such a call).
+and ``backward(..., deterministic, packed_args, softcap, alibi)``
+(returning dq, dk, dv and D = rowsum(dO * O), (batch, nheads, rows >= seqlen_q) float32, 0 past seqlen_q).
 Adding a family is one folder and one line in FAMILIES.
 """
 
@@ -140,56 +138,11 @@ def backward_family(
     return found
 
 
-_prefetched: set[tuple] = set()
-
-
-def prefetch_backward(
-    q: torch.Tensor,
-    v: torch.Tensor,
-    window_left: int,
-    window_right: int,
-    kernel: str,
-    softcap: float,
-    deterministic: bool,
-    alibi: bool,
-    packed: bool = False,
-) -> None:
-    """Start building the backward's kernels for a forward that autograd will differentiate, once per kind of call
-    (compile_cache.prefetch): on a cold cache a first training step's backward then finds them built, or being
-    built, beside its forward's compile and run, instead of building them one after another when it starts.
-    Nothing for CPU tensors (the tests' stand-in launches)."""
-    if not q.is_cuda:
-        return
-    key = (q.device, q.dtype, q.shape[-1], v.shape[-1], window_left, window_right, kernel, softcap > 0, deterministic)
-    key += (alibi, packed)
-    if key in _prefetched:
-        return
-    _prefetched.add(key)
-    from flashcute import compile_cache
-    from flashcute.kernels.launch import device_arch, dtype_name
-
-    name = None if kernel == "auto" else kernel
-    head_dim, head_dim_v = q.shape[-1], v.shape[-1]
-    found = backward_family(q.device, name, head_dim, deterministic, packed, head_dim_v)
-    scores = {"packed": packed, "softcap": softcap > 0, "alibi": alibi, "head_dim_v": head_dim_v}
-    configs = found.backward_configs(dtype_name(q), head_dim, window_left, window_right, deterministic, **scores)
-    compile_cache.prefetch(device_arch(q.device), configs)
-
-
 def _kernel_modules() -> list[ModuleType]:
     """Every module that compiles kernels from configs: the families' and the shared kernels' (prepost)."""
     from flashcute.kernels.common import prepost
 
     return [*families(), prepost]
-
-
-def config_type(name: str) -> type:
-    """The config dataclass of that name, a family's or a shared kernel's."""
-    for module in _kernel_modules():
-        for config_class in module.CONFIG_TYPES:
-            if config_class.__name__ == name:
-                return config_class
-    raise ValueError(f"no kernel config is called {name!r}")
 
 
 def compile_any(config, arch: str, dump_dir=None):

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 
@@ -38,14 +37,6 @@ def all_variants(arch: str, exact_only: bool = False, only: list[str] | None = N
         if arch in registry.family(name).ARCHS and (only is None or f"{name}-fwd" in only):
             configs += alternative_tile_variants(name)
     return list(dict.fromkeys(configs))
-
-
-def build_from_spec(arch: str, *specs: str) -> None:
-    """Build (or find in the disk cache) the kernels of configs given as compile_cache.prefetch writes them, JSON
-    of a dataclass's name and fields each, in turn: a prefetching process's work."""
-    for spec in specs:
-        found = json.loads(spec)
-        compile_one(registry.config_type(found["type"])(**found["fields"]), arch)
 
 
 def compile_one(config, arch: str) -> float:

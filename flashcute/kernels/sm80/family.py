@@ -16,7 +16,6 @@ import torch
 
 from flashcute.kernels.common import prepost
 from flashcute.kernels.common.limits import VALUE_HEAD_DIMS, head_dim_bucket
-from flashcute.kernels.common.prepost_config import bwd_post_config, bwd_pre_config
 from flashcute.kernels.launch import DENSE, compiled, device_arch, dtype_name, run_on_device
 from flashcute.kernels.sm80.config import BwdConfig, DQConfig, FwdConfig, bwd_config, dq_config, fwd_config
 
@@ -162,29 +161,6 @@ def supports_forward(head_dim: int, head_dim_v: int) -> bool:
 def supports_backward(head_dim: int, deterministic: bool, packed: bool, head_dim_v: int | None = None) -> bool:
     """Whether the backward covers the call: every one, with v's head dim (where it is not q's) as the forward's."""
     return head_dim_v is None or supports_forward(head_dim, head_dim_v)
-
-
-def backward_configs(
-    dtype: str,
-    head_dim: int,
-    window_left: int,
-    window_right: int,
-    deterministic: bool,
-    packed: bool = False,
-    softcap: bool = False,
-    alibi: bool = False,
-    head_dim_v: int | None = None,
-) -> tuple:
-    """The configs ``backward`` builds for such a call: the preprocess (zeroing dQ's accumulator where the
-    atomics add into it and v's head dim is q's), the dK/dV kernel, then the deterministic dQ kernel or the
-    postprocess."""
-    width = head_dim_v or head_dim
-    variant = {"packed": packed, "softcap": softcap, "alibi": alibi, "head_dim_v": width}
-    window = (window_left, window_right)
-    pre = bwd_pre_config(width, dtype, not deterministic and width == head_dim)
-    main = bwd_config(head_dim, dtype, *window, deterministic=deterministic, **variant)
-    last = dq_config(head_dim, dtype, *window, **variant) if deterministic else bwd_post_config(head_dim, dtype)
-    return pre, main, last
 
 
 def backward(

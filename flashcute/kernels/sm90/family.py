@@ -18,7 +18,6 @@ import torch
 
 from flashcute.kernels.common import prepost
 from flashcute.kernels.common.limits import VALUE_HEAD_DIMS, head_dim_bucket
-from flashcute.kernels.common.prepost_config import bwd_post_config, bwd_pre_config
 from flashcute.kernels.launch import DENSE, compiled, dtype_name, num_sms, run_on_device
 from flashcute.kernels.sm90.config import (
     Sm90BwdConfig,
@@ -181,24 +180,6 @@ def supports_backward(head_dim: int, deterministic: bool, packed: bool, head_dim
     """Whether the Hopper backward covers the call: its head dims, not the deterministic mode, v's head dim only
     where it is q's."""
     return head_dim_v in (None, head_dim) and not deterministic and sm90_bwd_supports(head_dim)
-
-
-def backward_configs(
-    dtype: str,
-    head_dim: int,
-    window_left: int,
-    window_right: int,
-    deterministic: bool,
-    packed: bool = False,
-    softcap: bool = False,
-    alibi: bool = False,
-    head_dim_v: int | None = None,
-) -> tuple:
-    """The configs ``backward`` builds for such a call (one supports_backward takes): the preprocess that also
-    writes LSE * log2(e), the kernel, the postprocess."""
-    scores = {"packed": packed, "softcap": softcap, "alibi": alibi}
-    main = sm90_bwd_config(head_dim, dtype, window_left, window_right, **scores)
-    return bwd_pre_config(head_dim, dtype, lse_log2=True), main, bwd_post_config(head_dim, dtype)
 
 
 def backward(
