@@ -47,6 +47,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _lock = threading.Lock()
 _memory: dict[tuple[str, Any], Callable] = {}
 compile_seconds: dict[tuple[str, Any], float] = {}
+_built: dict[tuple[str, Any], Any] = {}  # CuTe DSL's objects of the kernels compiled in this process
 
 
 def cache_dir() -> Path | None:
@@ -217,6 +218,15 @@ def _save_to_disk(compiled: Any, directory: Path, name: str) -> None:
         library.unlink(missing_ok=True)
 
 
+def _bare_function(compiled: Any) -> Callable:
+    """The TVM-FFI function under a kernel compiled in this process, the same callable a disk-cache entry loads as:
+    CuTe DSL's own wrapper rearranges keyword and default arguments in Python at every call, and every launch passes
+    all arguments by position (None for the optional ones a variant leaves out)."""
+    unwrap = getattr(compiled, "__tvm_ffi_object__", None)
+    function = unwrap() if unwrap is not None else None
+    return compiled if function is None else function
+
+
 def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
     """The compiled kernel for (arch, config): from memory, else from disk, else ``build()`` (and saved)."""
     key = (arch, config)
@@ -231,9 +241,11 @@ def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
         directory = cache_dir()
         compiled = _load_from_disk(directory, name) if directory else None
         if compiled is None:
-            compiled = build()
+            built = build()
             if directory:
-                _save_to_disk(compiled, directory, name)
+                _save_to_disk(built, directory, name)
+            _built[key] = built  # (its CUDA library unloads when it is collected)
+            compiled = _bare_function(built)
         compile_seconds[key] = time.perf_counter() - start
         _memory[key] = compiled
         return compiled

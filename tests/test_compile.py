@@ -648,15 +648,22 @@ print(callable(kernel), type(kernel).__name__)
 
 
 def test_compile_cache_carries_a_kernel_to_the_next_process(tmp_path):
+    """A kernel built in one process is loaded by the next; both hand out the bare TVM-FFI function (CuTe DSL's
+    Python wrapper of a kernel compiled in the process is left out of every launch), where a C compiler links the
+    entry into a shared library."""
     env = {**os.environ, "FLASHCUTE_CACHE_DIR": str(tmp_path)}
 
-    def run(mode: str) -> str:
+    def run(mode: str) -> list[str]:
         result = subprocess.run(
             [sys.executable, "-c", CACHE_SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300
         )
         assert result.returncode == 0, result.stderr
-        return result.stdout.split()[0]
+        return result.stdout.split()
 
-    assert run("compile") == "True"
-    assert len(compile_cache.entries(tmp_path)) == 1
-    assert run("load") == "True"  # the build that would raise was never called
+    assert run("compile") == ["True", "Function"]
+    entries = compile_cache.entries(tmp_path)
+    assert len(entries) == 1
+    loaded = run("load")  # the build that would raise was never called
+    assert loaded[0] == "True"
+    if entries[0].suffix == ".so":
+        assert loaded[1] == "Function"
