@@ -650,8 +650,9 @@ print(callable(kernel), type(kernel).__name__)
 def test_compile_cache_carries_a_kernel_to_the_next_process(tmp_path):
     """A kernel built in one process is loaded by the next; both hand out the bare TVM-FFI function (CuTe DSL's
     Python wrapper of a kernel compiled in the process is left out of every launch), where a C compiler links the
-    entry into a shared library."""
-    env = {**os.environ, "FLASHCUTE_CACHE_DIR": str(tmp_path)}
+    entry into a shared library. (CuTe DSL builds a callable kernel only for the target CUTE_DSL_ARCH names, which
+    the compiles of this process may have set to another.)"""
+    env = {**os.environ, "FLASHCUTE_CACHE_DIR": str(tmp_path), "CUTE_DSL_ARCH": "sm_80"}
 
     def run(mode: str) -> list[str]:
         result = subprocess.run(

@@ -16,7 +16,10 @@ def _capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
 
 
-def device_index(device: torch.device) -> int:
+def device_index(device: torch.device | str | int | None) -> int:
+    """A CUDA device's index (None or one without an index: the current device's)."""
+    if isinstance(device, torch.device) and device.type == "cuda" and device.index is not None:
+        return device.index  # (a tensor's device: skips torch's general resolution, a microsecond a launch)
     return torch.cuda._utils._get_device_index(device, optional=True)
 
 
