@@ -262,19 +262,20 @@ def _every_kind_of_launch(kernel: str) -> list:
 
 @pytest.mark.gpu
 def test_kernels_loaded_from_the_disk_cache_run_as_compiled(kernel, monkeypatch):
-    """Every kind of launch runs with the kernel a new process would load from the disk cache, which takes every
-    argument by position (the function compiled in process also takes fewer), as with the one compiled or loaded
-    first: bitwise, or within a rounding of bf16 for dQ added with atomics."""
+    """Every kind of launch runs with the kernel a new process would load from the disk cache (a shared library's
+    TVM-FFI function, which takes every argument by position) as with the one compiled or loaded first: bitwise, or
+    within a rounding of bf16 for dQ added with atomics."""
     import torch
 
     from flashcute import interface
-    from flashcute.kernels import registry
+    from flashcute.kernels import launch, registry
 
     directory = compile_cache.cache_dir()
     if directory is None:
         pytest.skip("FLASHCUTE_CACHE_DIR=off: no disk cache")
     first = _every_kind_of_launch(kernel)  # compiled and saved, or loaded (then the same check already ran)
-    for module, name in ((compile_cache, "_memory"), (registry, "_forward_launchers"), (interface, "_plans")):
+    memos = [(compile_cache, "_memory"), (launch, "_by_device"), (registry, "_forward_launchers")]
+    for module, name in [*memos, (interface, "_plans")]:
         monkeypatch.setattr(module, name, {})
     second = _every_kind_of_launch(kernel)
     for arch, config in compile_cache._memory:

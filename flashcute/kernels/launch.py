@@ -52,11 +52,21 @@ def dtype_name(t: torch.Tensor) -> str:
     return _DTYPE_NAMES.get(t.dtype) or str(t.dtype).removeprefix("torch.")
 
 
+# The kernels launches have asked for, by (device, config): a launch's one dict lookup, where the device's target
+# and the compile cache's key took a few microseconds on the GPU host (three times a backward).
+_by_device: dict[tuple, Callable] = {}
+
+
 def compiled(config, device: torch.device, compile: Callable) -> Callable:
     """The compiled kernel for ``config`` on ``device``'s target, from the compile cache (``compile(config, arch)``
     builds it on a miss)."""
-    arch = device_arch(device)
-    return compile_cache.get_compiled(arch, config, functools.partial(compile, config, arch))
+    kernel = _by_device.get((device, config))
+    if kernel is None:
+        arch = device_arch(device)
+        kernel = compile_cache.get_compiled(arch, config, functools.partial(compile, config, arch))
+        if device.index is not None:  # (without one, the current device's, which may change)
+            _by_device[(device, config)] = kernel
+    return kernel
 
 
 # The packed-batch arguments (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) of a
