@@ -62,22 +62,26 @@ def grads(fn, q, k, v, sink, dout):
     return q.grad, k.grad, v.grad, sink.grad
 
 
-def rounded_out_dsink(q, k, v, sink, dout, **options) -> torch.Tensor:
-    """The sinks' gradient of a kernel whose only error is O rounded to the inputs' dtype, float64: -sum over a
-    head's rows of p D, p = exp(sink - LSE) and D = rowsum(dO * O) of that 16-bit O, flash-attn-4's convention."""
+def dsink_rounding(q, k, v, sink, dout, **options) -> torch.Tensor:
+    """How far the sinks' gradient (nheads,) moves when each entry of O moves by one unit roundoff of the inputs'
+    dtype, the entries' moves taken in quadrature, float64: the gradient is -sum over a head's rows of p D, p =
+    exp(sink - LSE) and D = rowsum(dO * O) of the 16-bit O (flash-attn-4's convention), so a kernel whose O rounds
+    to a neighbour of the exact one's rounding moves it by about this much, either way."""
     wide = [t.double() for t in (q, k, v, sink, dout)]
     out, lse = attention_ref(*wide[:3], learnable_sink=wide[3], return_lse=True, **options)
-    delta = (wide[4] * out.to(q.dtype).double()).sum(-1).transpose(1, 2)
     p = torch.exp(wide[3][:, None] - lse).nan_to_num_(nan=0.0, posinf=0.0)
-    return -(p * delta).sum(dim=(0, 2))
+    spread = (p**2 * (wide[4] * out).square().sum(-1).transpose(1, 2)).sum(dim=(0, 2)).sqrt()
+    return torch.finfo(q.dtype).eps * spread
 
 
 def check_grads(q, k, v, sink, kernel=None, deterministic=False, atol=1e-4, **options):
     """dQ, dK, dV and the sinks' gradient within 2x the same-precision baseline's error + atol of float64. The sinks'
     gradient sums p D over every row of a head, with D = rowsum(dO * O) of the 16-bit O (as flash-attn-4 takes it):
-    the rounding of O enters every row's D, so its baseline is the larger of the same-precision one's error and that
-    of a kernel whose only error is that rounding (rounded_out_dsink; with a random dO either can be the smaller by
-    a few times), and its atol grows by the dtype's unit roundoff (2^-9 bf16, 2^-12 fp16) times its largest entry."""
+    the rounding of O enters every row's D, and with a random dO the baseline's error and the kernel's are two draws
+    of that rounding, either of which can be several times the other, so its budget adds four times the move of
+    O's rounding (dsink_rounding; a float64 emulation of such kernels over 40 seeds used at most a quarter of it,
+    while zeroing 5 of 400 rows' D or scaling p by 1.01 in fp16 exceeded it) and atol grows by the dtype's unit
+    roundoff (2^-9 bf16, 2^-12 fp16) times its largest entry."""
     dout = torch.randn_like(q)
     run = {"kernel": kernel, "deterministic": deterministic, **options}
     ours = grads(lambda *t: flashcute.flash_attn_func(*t[:3], learnable_sink=t[3], **run), q, k, v, sink, dout)
@@ -86,17 +90,18 @@ def check_grads(q, k, v, sink, kernel=None, deterministic=False, atol=1e-4, **op
     spec = grads(lambda *t: attention_ref(*t[:3], learnable_sink=t[3], **options), *wide)
     for name, g, b, r in zip(("dq", "dk", "dv", "dsink"), ours, base, spec, strict=True):
         assert g.shape == r.shape and not g.isnan().any(), name
-        baselines = [b.double()]
+        norm = r.norm().item() or 1.0
+        rounding = rounding_rel = 0.0
         if name == "dsink":
             atol += torch.finfo(q.dtype).eps / 2 * r.abs().max().item()
-            baselines.append(rounded_out_dsink(q, k, v, sink, dout, **options))
-        err = (g.double() - r).abs().max().item()
-        base_err = max((x - r).abs().max().item() for x in baselines)
-        assert err <= 2 * base_err + atol, f"{name}: max abs error {err:.3g} > 2 x baseline {base_err:.3g} + {atol}"
-        norm = r.norm().item() or 1.0
-        rel = (g.double() - r).norm().item() / norm
-        base_rel = max((x - r).norm().item() / norm for x in baselines)
-        assert rel <= 2 * base_rel + atol, f"{name}: relative L2 {rel:.3g} > 2 x baseline {base_rel:.3g} + {atol}"
+            moves = dsink_rounding(q, k, v, sink, dout, **options)
+            rounding, rounding_rel = 4 * moves.max().item(), 4 * moves.norm().item() / norm
+        err, base_err = ((x.double() - r).abs().max().item() for x in (g, b))
+        limit = 2 * base_err + atol + rounding
+        assert err <= limit, f"{name}: max abs error {err:.3g} > 2 x baseline {base_err:.3g} + {atol + rounding:.3g}"
+        rel, base_rel = ((x.double() - r).norm().item() / norm for x in (g, b))
+        limit = 2 * base_rel + atol + rounding_rel
+        assert rel <= limit, f"{name}: relative L2 {rel:.3g} > 2 x baseline {base_rel:.3g} + {atol + rounding_rel:.3g}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
