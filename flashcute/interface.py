@@ -103,7 +103,8 @@ def sink_grad(learnable_sink: torch.Tensor, lse: torch.Tensor, delta: torch.Tens
 def _aligned_grad(dout: torch.Tensor) -> torch.Tensor:
     """The output gradient as the kernels read it (a unit last stride, 16-byte aligned rows): autograd hands over
     whatever layout the loss made, so one that does not fit is copied rather than refused."""
-    if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:-1]) or dout.data_ptr() % 16:
+    strides = dout.stride()
+    if strides[-1] != 1 or math.gcd(*strides[:-1]) % 8 or dout.data_ptr() % 16:
         return dout.contiguous()
     return dout
 

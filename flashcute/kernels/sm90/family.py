@@ -221,7 +221,7 @@ def backward(
     if packed:
         stats_rows = PaddedStatsRows(packed_args[0], seqlen_q, config.block_m)
         lse_log2, kernel_delta = stats_rows.scatter(math.inf, lse_log2), stats_rows.scatter(0.0, delta)
-    q, k, v, dout = (tma_addressable(t) for t in (q, k, v, dout))
+    q, k, v, dout = tma_addressable(q), tma_addressable(k), tma_addressable(v), tma_addressable(dout)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     tensors = (q, k, v, dout, lse_log2, kernel_delta, dq_accum, dk, dv)
     after = (*(packed_args or DENSE), softcap if capped else None, alibi)
