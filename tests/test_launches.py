@@ -1,0 +1,92 @@
+"""What each family's backward hands its kernels, on the CPU: the kernels (by config) in launch order and the
+arguments each takes, in its order, with the compiled kernels left out. The GPU tests check what the kernels do
+with them; these keep the host path, which runs at every call, checkable without a GPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from flashcute.kernels.common import prepost
+from flashcute.kernels.common.prepost_config import bwd_post_config, bwd_pre_config
+from flashcute.kernels.launch import DENSE
+from flashcute.kernels.sm80 import family as sm80
+from flashcute.kernels.sm80.config import bwd_config, dq_config
+from flashcute.kernels.sm90 import family as sm90
+from flashcute.kernels.sm90.config import sm90_bwd_config
+
+BATCH, SEQLEN_Q, SEQLEN_K, NHEADS, NHEADS_K, HEAD_DIM = 2, 100, 70, 4, 2, 64
+SCALE, DIAG, WINDOW = 0.125, SEQLEN_K - SEQLEN_Q, (-1, 0)
+
+
+def recorded_launches(monkeypatch, module) -> list:
+    """(config, args) of every launch of ``module`` and of the shared pre- and postprocess, in order."""
+    launches = []
+
+    def compiled(config, device, compile):
+        return lambda *args: launches.append((config, args))
+
+    def run_on_device(device, kernel, *args):
+        kernel(*args)
+
+    for patched in (module, prepost):
+        monkeypatch.setattr(patched, "compiled", compiled)
+        monkeypatch.setattr(patched, "run_on_device", run_on_device)
+    return launches
+
+
+def tensors():
+    q = torch.randn(BATCH, SEQLEN_Q, NHEADS, HEAD_DIM, dtype=torch.bfloat16)
+    k, v = (torch.randn(BATCH, SEQLEN_K, NHEADS_K, HEAD_DIM, dtype=torch.bfloat16) for _ in "kv")
+    out, dout = torch.randn_like(q), torch.randn_like(q)
+    return dout, q, k, v, out, torch.randn(BATCH, NHEADS, SEQLEN_Q)
+
+
+@pytest.mark.parametrize(("softcap", "alibi"), [(0.0, False), (20.0, True)])
+def test_hopper_backward_launches(monkeypatch, softcap, alibi):
+    """The preprocess (D, dQaccum zeroed, LSE * log2(e), both padded to whole Q tiles), the Hopper kernel on q, k,
+    v, dO, those statistics and dQaccum into dk and dv, then the postprocess into dq at scale 1 (the kernel applied
+    softmax_scale); the cap only where the config caps, the slopes as given."""
+    launches = recorded_launches(monkeypatch, sm90)
+    dout, q, k, v, out, lse = tensors()
+    slopes = torch.rand(BATCH, NHEADS) if alibi else None
+    dq, dk, dv, delta = sm90.backward(dout, q, k, v, out, lse, SCALE, DIAG, *WINDOW, False, None, softcap, slopes)
+    config = sm90_bwd_config(HEAD_DIM, "bfloat16", *WINDOW, softcap=softcap > 0, alibi=alibi)
+    rows = math.ceil(SEQLEN_Q / config.block_m) * config.block_m
+    assert [c for c, _ in launches[:2]] == [bwd_pre_config(HEAD_DIM, "bfloat16", lse_log2=True), config]
+    (_, pre), (_, main) = launches[:2]
+    assert pre[:2] == (out, dout) and pre[2] is delta and pre[4] is lse
+    assert delta.shape == pre[5].shape == (BATCH, NHEADS, rows) and delta.dtype == pre[5].dtype == torch.float32
+    dq_accum = pre[3]
+    assert dq_accum.shape == q.shape and dq_accum.dtype == torch.float32 and dq_accum.is_contiguous()
+    assert main[:4] == (q, k, v, dout) and main[4] is pre[5] and main[5] is delta and main[6] is dq_accum
+    assert main[7] is dk and main[8] is dv and dk.shape == k.shape and dv.shape == v.shape
+    assert main[9:] == (SCALE, DIAG, *WINDOW, *DENSE, softcap if softcap else None, slopes)
+    post_config, post = launches[2]
+    assert len(launches) == 3 and post_config == bwd_post_config(HEAD_DIM, "bfloat16")
+    assert post[0] is dq_accum and post[1] is dq and post[2] == 1.0 and dq.shape == q.shape
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_mma_sync_backward_launches(monkeypatch, deterministic):
+    """The preprocess (D, and dQaccum zeroed unless deterministic), the dK/dV kernel, then either the postprocess
+    from dQaccum at softmax_scale or the dQ kernel straight into dq."""
+    launches = recorded_launches(monkeypatch, sm80)
+    dout, q, k, v, out, lse = tensors()
+    dq, dk, dv, delta = sm80.backward(dout, q, k, v, out, lse, SCALE, DIAG, *WINDOW, deterministic)
+    config = bwd_config(HEAD_DIM, "bfloat16", *WINDOW, deterministic=deterministic)
+    pre_config = bwd_pre_config(HEAD_DIM, "bfloat16", clear_dq_accum=not deterministic)
+    last = dq_config(HEAD_DIM, "bfloat16", *WINDOW) if deterministic else bwd_post_config(HEAD_DIM, "bfloat16")
+    assert [c for c, _ in launches] == [pre_config, config, last]
+    (_, pre), (_, main), (_, after) = launches
+    dq_accum = pre[3]
+    assert pre[:3] == (out, dout, delta) and delta.shape == (BATCH, NHEADS, SEQLEN_Q)
+    assert (dq_accum is None) == deterministic
+    assert main[:9] == (q, k, v, dout, lse, delta, dq_accum, dk, dv)
+    assert main[9:] == (SCALE, DIAG, *WINDOW, *DENSE, None, None)
+    if deterministic:
+        assert after[:7] == (q, k, v, dout, lse, delta, dq) and after[7:] == main[9:]
+    else:
+        assert after == (dq_accum, dq, SCALE)
