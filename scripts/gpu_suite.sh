@@ -4,7 +4,9 @@
 #   bash scripts/gpu_suite.sh OUT_DIR [pytest args ...] [-- bench args ...]
 #
 # Writes under OUT_DIR: gpu.txt, compile.log, pytest.log (+ junit.xml), bench.log and bench.tar.gz (results.json,
-# results.md, plots), then prints a short summary last. SKIP_BENCH=1 skips the benchmark; SANITIZE=1 also runs
+# results.md, plots), then prints a short summary last. SKIP_WARMUP=1 skips the pre-compile (the tests then build what
+# they use, in their workers: a machine that limits one command's time can warm up in one and test in the next);
+# SKIP_BENCH=1 skips the benchmark; SANITIZE=1 also runs
 # `flashcute sanitize` (compute-sanitizer over every kind of kernel) into OUT_DIR/sanitize. The tests run in WORKERS
 # processes (pytest-xdist; default: half the cores, at most 8; WORKERS=1: one), those of one xdist_group (the ones
 # that need most of the GPU's memory) in the same one. Run it from the repository root, with CuTe DSL importable.
@@ -24,8 +26,10 @@ commit=${FLASHCUTE_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo 
 arch=$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(); print(f"sm_{m}{n}" + ("a" if m >= 9 else ""))')
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
-python3 -m flashcute warmup --all --arch "$arch" --jobs "$(nproc)" > "$out/compile.log" 2>&1
-tail -n 1 "$out/compile.log"
+if [ "${SKIP_WARMUP:-0}" != 1 ]; then
+  python3 -m flashcute warmup --all --arch "$arch" --jobs "$(nproc)" > "$out/compile.log" 2>&1
+  tail -n 1 "$out/compile.log"
+fi
 
 workers=${WORKERS:-$(( $(nproc) / 2 < 8 ? $(nproc) / 2 : 8 ))}
 parallel=()
