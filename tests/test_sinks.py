@@ -80,8 +80,8 @@ def check_grads(q, k, v, sink, kernel=None, deterministic=False, atol=1e-4, **op
     the rounding of O enters every row's D, and with a random dO the baseline's error and the kernel's are two draws
     of that rounding, either of which can be several times the other, so its budget adds four times the move of
     O's rounding (dsink_rounding; a float64 emulation of such kernels over 40 seeds used at most a quarter of it,
-    while zeroing 5 of 400 rows' D or scaling p by 1.01 in fp16 exceeded it) and atol grows by the dtype's unit
-    roundoff (2^-9 bf16, 2^-12 fp16) times its largest entry."""
+    while zeroing D on each sequence's last 5 rows or scaling p by 1.01 in fp16 mostly exceeded it), and atol
+    grows by the dtype's unit roundoff (2^-9 bf16, 2^-12 fp16) times its largest entry."""
     dout = torch.randn_like(q)
     run = {"kernel": kernel, "deterministic": deterministic, **options}
     ours = grads(lambda *t: flashcute.flash_attn_func(*t[:3], learnable_sink=t[3], **run), q, k, v, sink, dout)
