@@ -58,12 +58,22 @@ def launch_fwd(
     """Launch a forward kernel ("auto": the fastest family the device runs) into given outputs (validated inputs
     only; tests use it to poison outputs); ``softcap`` > 0 caps the scores; ``learnable_sink`` (nheads,) joins
     every row's denominator; ``alibi_slopes`` (nheads,) or (batch, nheads) bias the scores."""
+    launch = _forward_launcher(q, v, window_left, window_right, kernel, softcap, learnable_sink, alibi_slopes)
+    _run_forward(launch, q, k, v, out, lse, softmax_scale, diag_offset, softcap, learnable_sink, alibi_slopes)
+
+
+def _forward_launcher(q, v, window_left, window_right, kernel, softcap, learnable_sink, alibi_slopes):
+    """The family's launch for such a call (registry.forward_launcher)."""
     name = None if kernel == "auto" else kernel
+    # packed, softcap, sink, alibi, v's head dim (the registry reads q's as "the same")
+    flags = (False, softcap > 0, learnable_sink is not None, alibi_slopes is not None, v.shape[-1])
+    return registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, name, *flags)
+
+
+def _run_forward(launch, q, k, v, out, lse, softmax_scale, diag_offset, softcap, learnable_sink, alibi_slopes) -> None:
+    """launch_fwd's launch, through a family's ``launch`` made for the call."""
     sink = None if learnable_sink is None else kernel_sink(learnable_sink)
     alibi = None if alibi_slopes is None else kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
-    # packed, softcap, sink, alibi, v's head dim (the registry reads q's as "the same")
-    flags = (False, softcap > 0, sink is not None, alibi is not None, v.shape[-1])
-    launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], window_left, window_right, name, *flags)
     if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:  # one test a call; validate_pointers names the tensor
         validate_pointers(q=q, k=k, v=v)
     launch(q, k, v, out, lse, softmax_scale, diag_offset, DENSE, softcap, sink, alibi)
@@ -161,14 +171,19 @@ def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *options)
     """(out, lse), newly allocated, from the forward kernel (validated inputs only); ``options`` are launch_fwd's
     after lse: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, learnable_sink,
     alibi_slopes."""
+    out, lse = _new_outputs(q, v)
+    launch_fwd(q, k, v, out, lse, *options)
+    return out, lse
+
+
+def _new_outputs(q: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward's out (q's shape at v's head dim, contiguous) and lse (batch, nheads, seqlen_q) float32, empty."""
     batch, seqlen_q, nheads, headdim = q.shape
     if v.shape[-1] == headdim:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (half torch.empty's host time)
     else:
         out = q.new_empty((batch, seqlen_q, nheads, v.shape[-1]))
-    lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
-    launch_fwd(q, k, v, out, lse, *options)
-    return out, lse
+    return out, q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
 
 
 # The custom ops, defined with torch.library below the autograd layer (no Python autograd kernel of their own: an
@@ -229,12 +244,15 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, learnable_sink, alibi_slopes, options):
-        """``options``: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, deterministic, in one
-        tuple (apply looks at each argument it is given: one tuple costs it less than seven); ``learnable_sink``
-        (nheads,) or None, differentiable; ``alibi_slopes`` or None, constants."""
-        scalars, deterministic = options[:-1], options[-1]
-        forward = _OPS.fwd.default if torch.compiler.is_compiling() else forward_outputs
-        out, lse = forward(q, k, v, *scalars, learnable_sink, alibi_slopes)
+        """``options``: softmax_scale, diag_offset, window_left, window_right, kernel, softcap, deterministic, and
+        the call's CallPlan (None when dynamo traces it), in one tuple (apply looks at each argument it is given:
+        one tuple costs it less than eight); ``learnable_sink`` (nheads,) or None, differentiable; ``alibi_slopes``
+        or None, constants."""
+        scalars, deterministic, plan = options[:-2], options[-2], options[-1]
+        if plan is None:
+            out, lse = _OPS.fwd.default(q, k, v, *scalars, learnable_sink, alibi_slopes)
+        else:
+            out, lse = plan.forward(q, k, v, learnable_sink, alibi_slopes)
         ctx.save_for_backward(q, k, v, out, lse, learnable_sink, alibi_slopes)
         ctx.scalars = (*scalars[:4], deterministic, *scalars[4:])  # backward_grads' order
         ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
@@ -312,13 +330,14 @@ def flash_attn_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        out, lse = FlashAttention.apply(q, k, v, sink, alibi, (*plan.scalars, deterministic))
+        options = (*plan.scalars, deterministic, None if compiling else plan)
+        out, lse = FlashAttention.apply(q, k, v, sink, alibi, options)
     elif plan.key_range is not None and not compiling:
         out, lse = _split_kv(q, k, v, plan, sink)
     elif compiling:
         out, lse = _OPS.fwd.default(q, k, v, *plan.scalars, sink, alibi)
     else:
-        out, lse = forward_outputs(q, k, v, *plan.scalars, sink, alibi)
+        out, lse = plan.forward(q, k, v, sink, alibi)
     return (out, lse) if return_lse else out
 
 
@@ -327,13 +346,25 @@ class CallPlan:
     scalars (softmax_scale, diag_offset, window_left, window_right, kernel, softcap), whether the inputs need new
     strides (validate_cuda_inputs' row views) or a cast (autocast), so that a repeated call only looks its plan up."""
 
-    __slots__ = ("args", "casts", "key_range", "restrides", "scalars", "split")
+    __slots__ = ("args", "casts", "key_range", "launch", "restrides", "scalars", "split")
 
     def __init__(
         self, args: AttentionArgs, scalars: tuple, restrides: bool, casts: bool, key_range: tuple[int, int] | None
     ):
         self.args, self.scalars, self.restrides, self.casts = args, scalars, restrides, casts
-        self.key_range, self.split = key_range, None
+        self.key_range, self.split, self.launch = key_range, None, None
+
+    def forward(self, q, k, v, learnable_sink, alibi_slopes) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward_outputs for this signature's inputs, through the family's launch that its first call looked up
+        (the eager path without autograd: a repeated call skips the registry's key and lookup)."""
+        softmax_scale, diag_offset, window_left, window_right, kernel, softcap = self.scalars
+        launch = self.launch
+        if launch is None:
+            scores = (softcap, learnable_sink, alibi_slopes)
+            launch = self.launch = _forward_launcher(q, v, window_left, window_right, kernel, *scores)
+        out, lse = _new_outputs(q, v)
+        _run_forward(launch, q, k, v, out, lse, softmax_scale, diag_offset, softcap, learnable_sink, alibi_slopes)
+        return out, lse
 
     def inputs(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """q, k and v as the kernels take them: cast under autocast, rows re-strided where validation said so."""

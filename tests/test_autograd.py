@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -89,23 +90,31 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
         out.copy_(q)
         lse.zero_()
 
+    def forward_launcher(q, v, *call):
+        calls.append(("lookup", call))
+        return fake_fwd
+
     def fake_bwd(dout, q, k, v, out, lse, *scalars):
         calls.append(("bwd", scalars))
         return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.full_like(scalars[-2], 3)
 
     monkeypatch.setattr(interface, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
     monkeypatch.setattr(interface, "_plans", {})  # plans made without the CUDA checks stay in this test
-    monkeypatch.setattr(interface, "launch_fwd", fake_fwd)
+    monkeypatch.setattr(interface, "_forward_launcher", forward_launcher)
     monkeypatch.setattr(interface, "backward_grads", fake_bwd)
     q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
     sink = torch.randn(4, requires_grad=True)
     out = flash_attn_func(q, k, v, causal=True, softmax_scale=0.5, softcap=3.0, learnable_sink=sink)
     assert type(out.grad_fn).__name__ == "FlashAttentionBackward"
     out.float().sum().backward()
+    # the family's launch for the window, kernel and cap, launched with the scale, the diagonal and the cap; then
+    # the backward with the forward's scalars; the sinks and the ALiBi slopes (none here) behind the scalars
     fwd = (0.5, 96 - 128, -1, 0, "auto", 3.0)
-    assert [(name, scalars[:-2]) for name, scalars in calls] == [("fwd", fwd), ("bwd", (*fwd[:4], False, *fwd[4:]))]
-    # the launches take the sinks and the ALiBi slopes (none here) behind the scalars
-    assert all(scalars[-2:] == (sink, None) for _, scalars in calls)
+    assert [name for name, _ in calls] == ["lookup", "fwd", "bwd"]
+    (_, lookup), (_, launch), (_, bwd) = calls
+    assert lookup == (-1, 0, "auto", 3.0, sink, None)
+    assert launch[:2] == (0.5, 96 - 128) and launch[3] == 3.0 and launch[4] is not None and launch[5] is None
+    assert bwd[:-2] == (*fwd[:4], False, *fwd[4:]) and bwd[-2:] == (sink, None)
     assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))
     assert torch.equal(v.grad, torch.zeros_like(v)) and torch.equal(sink.grad, torch.full_like(sink, 3))
 
@@ -121,8 +130,11 @@ def stand_in_launches(monkeypatch) -> list:
         checks.append(args)
         return q, k, v
 
+    def fill(q, k, v, out, lse, *scalars):
+        out.zero_(), lse.zero_()
+
     monkeypatch.setattr(interface, "validate_cuda_inputs", count_checks)
-    monkeypatch.setattr(interface, "launch_fwd", lambda q, k, v, out, lse, *scalars: (out.zero_(), lse.zero_()))
+    monkeypatch.setattr(interface, "_forward_launcher", lambda *call: fill)  # the kernel's launch, either path
     monkeypatch.setattr(interface, "_plans", {})
     return checks
 
@@ -142,6 +154,27 @@ def test_a_signature_is_validated_once(monkeypatch):
     assert len(checks) == 5
     flash_attn_func(q, k, v, causal=True, softmax_scale=0.5)
     assert len(checks) == 5
+
+
+def test_a_signature_looks_its_launch_up_once(monkeypatch):
+    """The eager path without autograd keeps the family's launch with the signature's plan: the registry is asked
+    once per signature, and each call still launches into new outputs."""
+    from flashcute import interface
+
+    stand_in_launches(monkeypatch)
+    lookups, launches = [], []
+
+    def forward_launcher(q, v, *call):
+        lookups.append(call)
+        return lambda q, k, v, out, lse, *scalars: launches.append((out, lse, scalars))
+
+    monkeypatch.setattr(interface, "_forward_launcher", forward_launcher)
+    q, k, v = (torch.randn(2, 64, 4, 32, dtype=torch.bfloat16) for _ in "qkv")
+    outs = [flash_attn_func(q, k, v, causal=True, softcap=2.0) for _ in range(3)]
+    flash_attn_func(q, k, v, window_size=(8, 8))
+    assert lookups == [(-1, 0, "auto", 2.0, None, None), (8, 8, "auto", 0.0, None, None)]
+    assert [o for o, _, _ in launches[:3]] == outs and len({id(o) for o in outs}) == 3
+    assert all(scalars[:2] == (1 / math.sqrt(32), 0) and scalars[3] == 2.0 for _, _, scalars in launches[:3])
 
 
 @pytest.mark.parametrize(
