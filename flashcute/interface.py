@@ -356,7 +356,7 @@ class CallPlan:
 
     def forward(self, q, k, v, learnable_sink, alibi_slopes) -> tuple[torch.Tensor, torch.Tensor]:
         """forward_outputs for this signature's inputs, through the family's launch that its first call looked up
-        (the eager path without autograd: a repeated call skips the registry's key and lookup)."""
+        (the eager paths, with and without autograd: a repeated call skips the registry's key and lookup)."""
         softmax_scale, diag_offset, window_left, window_right, kernel, softcap = self.scalars
         launch = self.launch
         if launch is None:
