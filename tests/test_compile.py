@@ -158,9 +158,10 @@ _BWD = (
 _SM90_BWD = (
     "Hopper backward, 240 registers a consumer thread: dK and dV (2 x 64 fp32 at d128, 2 x 32 at d64), S^T and dP^T "
     "(2 x 32 at d128, 2 x 64 at d64 with 128-row Q tiles) and the dQ accumulator leave a few scalars (addresses, "
-    "loop counters) to spill: 8-112 bytes of stack (the most with softcap's derivative at d64), 6-90 spill "
-    "instructions, most under masks. Measured on the H200 "
-    "at ed73b36 anyway: 1.23x-1.54x SDPA flash's backward (docs/tuning-sm90.md, Backward tiles)"
+    "loop counters) to spill: 16-88 bytes of stack (the most with softcap's derivative at d64), 8-77 spill "
+    "instructions, most under masks. Measured on the H200 anyway: 1.56x-1.73x SDPA flash's backward at 619e4b7 "
+    "(docs/tuning-sm90.md, Backward tiles), and the MMA order with the dQ writer warp that spills at d128 faster "
+    "than the one that did not (Backward dQ writer warp)"
 )
 _D256 = (
     "128x128 tile, 8 warps (sm_90a only: 192 KB of shared memory): acc_O 128 + acc_S 64 fp32 registers a thread "
@@ -356,14 +357,9 @@ KNOWN_SPILLS: dict[str, str] = {
         _SM90_D256_CLAIMS,
     ),
     **dict.fromkeys(
-        [
-            i
-            for i in ALL_IDS
-            if i.startswith("sm_90a-sm90bwd-") and not ("bfloat16-d128" in i and i.endswith("-nomask"))
-        ],
-        # bf16 d128 without a mask spills nothing since the operands are sliced by warpgroup; fp16 d128 without a
-        # mask keeps one scalar on the stack (1 STL, 1 LDL in each step loop) since every consumer thread arrives
-        # on the Q and dO stages' empty barriers (a9204d6, the race racecheck found)
+        [i for i in ALL_IDS if i.startswith("sm_90a-sm90bwd-") and not i.endswith("-d64-128x128s2-dvlate-right")],
+        # d64 under a causal mask spills nothing with dV's MMA issued after dS^T; at d128 dV's MMA runs while dS^T
+        # is computed (dv_before_ds), which holds P^T's 16 registers longer: a few scalars spill even without a mask
         _SM90_BWD,
     ),
     **dict.fromkeys(

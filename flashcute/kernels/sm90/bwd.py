@@ -19,15 +19,17 @@ With softcap, S^T is capped first and dS^T takes the cap's derivative (kernels/c
 
 dQ of a step goes registers -> shared memory (float32) -> global memory with a TMA reduce-add
 (cp.reduce.async.bulk.tensor), which adds a whole tile at L2 and clips rows past seqlen_q and columns past the
-head dim, so the consumers issue no per-element atomics.
+head dim, so the consumers issue no per-element atomics. A warp of its own, the dQ writer, issues the reduce-adds
+and waits for them to have read shared memory; the consumers only wait, at the next step, until their dQ tile is
+free, and (dv_before_ds) write it while dK's MMA runs (docs/tuning-sm90.md, Backward dQ writer warp).
 
 Warpgroup 0 is the producer: one warp loads K and V once, then Q with its LSE and dO with its D for every Q tile
 into a ring of num_stages buffers guarded by mbarriers (TMA for the tiles, bulk copies for the two rows of
-statistics). Warpgroups 1 and 2 are consumers, 64 key rows each. The host passes LSE * log2(e) and D padded to
-whole Q tiles (+inf and 0 past seqlen_q, +inf where a row saw no key), so the recomputed P is 0 on every row that
-must not contribute. K/V rows past seqlen_k load as zeros and are masked, so no NaN reaches dQ. In a packed batch
-(common/seqlen.py) those rows are the next sequence's, as finite and as masked, and each sequence's LSE and D rows
-start on a whole Q tile (family.PaddedStatsRows).
+statistics); another is the dQ writer. Warpgroups 1 and 2 are consumers, 64 key rows each. The host passes
+LSE * log2(e) and D padded to whole Q tiles (+inf and 0 past seqlen_q, +inf where a row saw no key), so the
+recomputed P is 0 on every row that must not contribute. K/V rows past seqlen_k load as zeros and are masked,
+so no NaN reaches dQ. In a packed batch (common/seqlen.py) those rows are the next sequence's, as finite and as
+masked, and each sequence's LSE and D rows start on a whole Q tile (family.PaddedStatsRows).
 """
 
 import dataclasses
@@ -60,11 +62,14 @@ from flashcute.kernels.sm90.config import NUM_STAGES, Sm90BwdConfig
 PRODUCER_REGS = 24
 CONSUMER_REGS = 240
 # Named barriers (0 is __syncthreads): among the 256 consumer threads, dS of a step is in shared memory, and the
-# epilogue's shared-memory staging of dK and dV; per consumer warpgroup, its dQ tile in shared memory.
+# epilogue's shared-memory staging of dK and dV; per consumer warpgroup (+ its index) and the dQ writer warp, its
+# dQ tile in shared memory is free to write (the writer's last reduce-add has read it), and is written.
 DS_BARRIER = 1
 EPILOGUE_BARRIER = 2
-DQ_BARRIER = 3
+DQ_EMPTY_BARRIER = 3
+DQ_FULL_BARRIER = 5
 CONSUMER_THREADS = 256
+DQ_HANDOFF_THREADS = 128 + 32  # a consumer warpgroup and the dQ writer warp
 
 
 def _tiled_mma(dtype, a_major, b_major, atoms_mn: tuple[int, int], atom_n: int, a_in_registers: bool = False):
@@ -362,11 +367,11 @@ class FlashAttentionBackwardSm90:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
             if warp_idx == 0:
                 self.load(mQ, mK, mV, mdO, mLSE, mD, smem, tma_Q, tma_K, tma_V, tma_dO, pipes, work)
+            elif warp_idx == 1:
+                self.write_dq(mdQaccum, tma_dQ, smem.sdQ, work)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS)
             self.consume(
-                mdQaccum,
-                tma_dQ,
                 mdK,
                 mdV,
                 smem,
@@ -434,12 +439,37 @@ class FlashAttentionBackwardSm90:
                     cute.copy(bulk, gStat, sStat[None, state.index], mbar_ptr=barrier)
             state.advance()
 
+    # ---------------------------------------------------------------- the dQ writer warp
+    @cute.jit
+    def write_dq(self, mdQaccum: cute.Tensor, tma_dQ: cute.CopyAtom, sdQ: cute.Tensor, work: SimpleNamespace):
+        """Per (query head, Q tile), in the consumers' order: tell each consumer warpgroup that its dQ tile is free
+        (the reduce-add before has read it), wait until it is written, and add it into dQaccum by TMA."""
+        mdQ_s = work.seq.heads_q(mdQaccum, 0)  # this sequence's rows of every query head
+        for t in cutlass.range(work.qheads_per_kvhead * work.num_m_blocks, unroll=1):
+            head_idx = work.first_head_idx + t // work.num_m_blocks
+            m_block = work.m_block_min + t % work.num_m_blocks
+            for wg in cutlass.range_constexpr(2):
+                cute.arch.cp_async_bulk_wait_group(1 - wg, read=True)  # this warpgroup's last reduce-add has read
+                cute.arch.barrier_arrive(barrier_id=DQ_EMPTY_BARRIER + wg, number_of_threads=DQ_HANDOFF_THREADS)
+            for wg in cutlass.range_constexpr(2):
+                # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
+                box = (m_block * 2 + wg, 0) if cutlass.const_expr(self.config.dq_split_rows) else (m_block, wg)
+                cute.arch.barrier(barrier_id=DQ_FULL_BARRIER + wg, number_of_threads=DQ_HANDOFF_THREADS)
+                tdQsdQ, tdQgdQ = cpasync.tma_partition(
+                    tma_dQ,
+                    0,
+                    cute.make_layout(1),
+                    cute.group_modes(sdQ[None, None, wg], 0, 2),
+                    cute.group_modes(cute.local_tile(mdQ_s[None, None, head_idx], (64, self.dq_cols), box), 0, 2),
+                )
+                cute.copy(tma_dQ, tdQsdQ, tdQgdQ)
+                cute.arch.cp_async_bulk_commit_group()
+        cute.arch.cp_async_bulk_wait_group(0, read=True)  # shared memory stays until the last reduce-add has read it
+
     # ---------------------------------------------------------------- steps 3 to 7: the consumer warpgroups
     @cute.jit
     def consume(
         self,
-        mdQaccum: cute.Tensor,
-        tma_dQ: cute.CopyAtom,
         mdK: cute.Tensor,
         mdV: cute.Tensor,
         smem: SimpleNamespace,
@@ -510,8 +540,6 @@ class FlashAttentionBackwardSm90:
         scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
         step = partial(
             self.one_q_tile,
-            mdQaccum,
-            tma_dQ,
             smem,
             pipes,
             mma,
@@ -530,8 +558,6 @@ class FlashAttentionBackwardSm90:
             for m_block in cutlass.range(free_end, work.m_block_max, unroll=1):
                 state = step(state, head_idx, m_block, True)
 
-        if tidx % 128 < 32:
-            cute.arch.cp_async_bulk_wait_group(0, read=True)  # the last dQ reduce-add has read shared memory
         # ---- step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes)
         mma.acc_dK.store(mma.acc_dK.load() * softmax_scale)
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=CONSUMER_THREADS)  # done reading sK, sV
@@ -556,8 +582,6 @@ class FlashAttentionBackwardSm90:
     @cute.jit
     def one_q_tile(
         self,
-        mdQaccum: cute.Tensor,
-        tma_dQ: cute.CopyAtom,
         smem: SimpleNamespace,
         pipes: SimpleNamespace,
         mma: SimpleNamespace,
@@ -591,60 +615,47 @@ class FlashAttentionBackwardSm90:
         if cutlass.const_expr(masked):
             mask.apply_mask(acc_S, m_block, work.n_block)
         recompute_probs_t(acc_S, smem.sLSE[None, stage], mask.tScS, scale_log2)
-        warpgroup.wait_group(0)
+        # step 6: dV += P^T dO and dK += dS^T Q from registers; dS^T to shared memory for dQ = dS K
+        if cutlass.const_expr(self.config.dv_before_ds):  # dV's MMA runs while dS^T is computed
+            store_probs(acc_S, mma.tdVrP)
+            gemm(mma.tiled_mma_dkv, mma.acc_dV, mma.tdVrP, mma.tdVrdOt[None, None, None, stage], False, 1)  # dP^T done
+        else:
+            warpgroup.wait_group(0)
         softmax_grad_t(acc_S, acc_dP, smem.sD[None, stage], mask.tScS)  # acc_dP becomes dS^T
         if cutlass.const_expr(self.config.softcap and self.config.alibi):  # dS^T *= 1 - t^2, the cap's derivative
             softcap_grad_kept(acc_t, acc_dP)
         elif cutlass.const_expr(self.config.softcap):  # t from the fp32 P^T
             softcap_grad_t(acc_S, acc_dP, smem.sLSE[None, stage], mask.tScS, scale_log2)
-        # step 6: dV += P^T dO and dK += dS^T Q from registers; dS^T to shared memory for dQ = dS K
-        store_probs(acc_S, mma.tdVrP)
+        if cutlass.const_expr(not self.config.dv_before_ds):
+            store_probs(acc_S, mma.tdVrP)
         store_probs(acc_dP, mma.tdKrdS)
-        gemm(mma.tiled_mma_dkv, mma.acc_dV, mma.tdVrP, mma.tdVrdOt[None, None, None, stage], False, -1)
-        gemm(mma.tiled_mma_dkv, mma.acc_dK, mma.tdKrdS, mma.tdKrQt[None, None, None, stage], False, -1)
+        if cutlass.const_expr(not self.config.dv_before_ds):
+            gemm(mma.tiled_mma_dkv, mma.acc_dV, mma.tdVrP, mma.tdVrdOt[None, None, None, stage], False, -1)
+            gemm(mma.tiled_mma_dkv, mma.acc_dK, mma.tdKrdS, mma.tdKrQt[None, None, None, stage], False, -1)
         rdS = cute.make_tensor(mma.tdKrdS.iterator, acc_dP.layout)
         cute.copy(mma.store_dS, mma.store_dS.retile(rdS), mma.tdSsdS[None, None, None, stage])
         cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to wgmma
         cute.arch.barrier(barrier_id=DS_BARRIER, number_of_threads=CONSUMER_THREADS)  # both halves of dS^T
         acc_dQ = mma.thr_dq.make_fragment_C(mma.thr_dq.partition_shape_C((bm, d)))
-        gemm(mma.tiled_mma_dq, acc_dQ, mma.tdQrdS[None, None, None, stage], mma.tdQrKt, True, -1)
-        warpgroup.wait_group(2)  # dV is done with dO
-        pipes.do.consumer_release(state)
-        warpgroup.wait_group(1)  # dK is done with Q
-        pipes.q.consumer_release(state)
-        warpgroup.wait_group(0)
+        if cutlass.const_expr(self.config.dv_before_ds):  # dK's MMA runs while dQ goes to shared memory
+            gemm(mma.tiled_mma_dq, acc_dQ, mma.tdQrdS[None, None, None, stage], mma.tdQrKt, True, -1)
+            gemm(mma.tiled_mma_dkv, mma.acc_dK, mma.tdKrdS, mma.tdKrQt[None, None, None, stage], False, 1)
+        else:
+            gemm(mma.tiled_mma_dq, acc_dQ, mma.tdQrdS[None, None, None, stage], mma.tdQrKt, True, 0)
+        pipes.do.consumer_release(state)  # dV is done with dO
         acc_dQ.store(acc_dQ.load() * softmax_scale)
-        self.add_dq(mdQaccum, tma_dQ, mma, acc_dQ, work, head_idx, m_block)
+        self.stage_dq(mma, acc_dQ)
+        warpgroup.wait_group(0)  # dK is done with Q
+        pipes.q.consumer_release(state)
         state.advance()
         return state
 
     @cute.jit
-    def add_dq(
-        self,
-        mdQaccum: cute.Tensor,
-        tma_dQ: cute.CopyAtom,
-        mma: SimpleNamespace,
-        acc_dQ: cute.Tensor,
-        work: SimpleNamespace,
-        head_idx: Int32,
-        m_block: Int32,
-    ):
-        """This warpgroup's part of dQ -> its shared-memory tile -> TMA reduce-add into dQaccum. Its first warp
-        waits for the previous reduce-add to have read the tile before anyone overwrites it."""
-        wg_tidx = cute.arch.thread_idx()[0] % 128
+    def stage_dq(self, mma: SimpleNamespace, acc_dQ: cute.Tensor):
+        """This warpgroup's part of dQ -> its shared-memory tile, once the dQ writer says the tile is free; then tell
+        the writer that it is written."""
         wg = cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4 - 1
-        if wg_tidx < 32:
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
-        cute.arch.barrier(barrier_id=DQ_BARRIER + wg, number_of_threads=128)
+        cute.arch.barrier(barrier_id=DQ_EMPTY_BARRIER + wg, number_of_threads=DQ_HANDOFF_THREADS)
         cute.copy(mma.store_dQ, mma.store_dQ.retile(acc_dQ), mma.store_dQ.partition_D(mma.sdQ))
         cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to the TMA unit
-        cute.arch.barrier(barrier_id=DQ_BARRIER + wg, number_of_threads=128)
-        # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
-        box = (m_block * 2 + wg, 0) if cutlass.const_expr(self.config.dq_split_rows) else (m_block, wg)
-        gdQ = cute.local_tile(work.seq.rows_q(mdQaccum, head_idx, 0), (64, self.dq_cols), box)
-        if wg_tidx < 32:
-            tdQsdQ, tdQgdQ = cpasync.tma_partition(
-                tma_dQ, 0, cute.make_layout(1), cute.group_modes(mma.sdQ, 0, 2), cute.group_modes(gdQ, 0, 2)
-            )
-            cute.copy(tma_dQ, tdQsdQ, tdQgdQ)
-            cute.arch.cp_async_bulk_commit_group()
+        cute.arch.barrier_arrive(barrier_id=DQ_FULL_BARRIER + wg, number_of_threads=DQ_HANDOFF_THREADS)

@@ -199,6 +199,9 @@ class Sm90BwdConfig:
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
     softcap: the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py).
     alibi: the scores take the ALiBi bias (kernels/common/alibi.py).
+    dv_before_ds: dV's MMA is issued as soon as P^T is in registers and runs while dS^T is computed, and dK's runs
+    while dQ goes to shared memory; else dV's and dK's are issued together once dS^T is in registers, and dQ waits
+    for both (P^T's registers are then free while dS^T is computed).
     """
 
     dtype: str
@@ -211,11 +214,12 @@ class Sm90BwdConfig:
     packed: bool = False
     softcap: bool = False
     alibi: bool = False
+    dv_before_ds: bool = True
 
     @property
     def label(self) -> str:
-        """ "sm90bwd-bfloat16-d128-64x128s2-right"."""
-        tiles = f"{self.block_m}x{self.block_n}s{NUM_STAGES}"
+        """ "sm90bwd-bfloat16-d128-64x128s2-right" ("-dvlate": not dv_before_ds)."""
+        tiles = f"{self.block_m}x{self.block_n}s{NUM_STAGES}{'' if self.dv_before_ds else '-dvlate'}"
         return attention_label(self, "sm90bwd", tiles)
 
     @property
@@ -283,4 +287,6 @@ def sm90_bwd_config(
         packed=packed,
         softcap=softcap,
         alibi=alibi,
+        # D=128: dV under dS^T, 1.03-1.07x; D=64: P^T (32 registers) held through dS^T spills (tuning-sm90.md)
+        dv_before_ds=bucket == 128,
     )
