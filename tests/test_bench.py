@@ -1106,6 +1106,31 @@ def test_first_calls_report_each_cache_state_and_call():
     assert all(isinstance(v, str) and v for v in values) or all(isinstance(v, float) for v in values)
 
 
+def test_first_call_reports_the_seconds_its_kernels_took(monkeypatch):
+    """A backend whose first forward gets a kernel from flashcute's kernel cache reports the cache's seconds as "fwd
+    kernels" (the rest of a cold first forward is imports); one that never asks the cache reports none."""
+    from flashcute import compile_cache
+    from flashcute.bench import host
+
+    monkeypatch.setattr(compile_cache, "compile_seconds", {})
+    monkeypatch.setattr(host, "make_inputs", lambda shape, with_grad: make_inputs(shape, with_grad, "cpu"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def compiling_forward(q, k, v):  # as flashcute's first forward: the cache built its kernel in 2.5 s
+        compile_cache.compile_seconds.setdefault(("sm_90a", "a config"), 2.5)
+        return q + k + v
+
+    stand_ins = {
+        "compiles": Backend("compiles", lambda shape: compiling_forward),
+        "plain": Backend("plain", lambda shape: lambda q, k, v: q + k + v),
+    }
+    monkeypatch.setattr(bench_backends, "registry", lambda: stand_ins)
+    plain = host.first_call("plain", host.tiny(SHAPE))
+    assert list(plain) == list(host.FIRST_CALLS) and all(isinstance(v, float) for v in plain.values())
+    compiles = host.first_call("compiles", host.tiny(SHAPE))
+    assert list(compiles) == ["import", "fwd", "fwd kernels", "fwd+bwd"] and compiles["fwd kernels"] == 2.5
+
+
 def test_bench_varlen_quick_on_a_cpu_stand_in(monkeypatch, cpu_clock, tmp_path, capsys):
     """`flashcute bench --varlen --quick` end to end, flashcute's entry points and the clocks standing in."""
     package = stand_in_flashcute()

@@ -9,7 +9,9 @@ times, beside the sweep, so that each change to the host path is held to figures
   autograd graph is built); the forward inside ``torch.compile``; the backward alone.
 - ``first_calls``: a fresh Python process per backend and cache state times the backend's import, its first
   forward and then its first forward and backward (inputs made, and CUDA up, before the clock starts). "cold" runs
-  with an empty flashcute kernel cache, "warm" with the one the cold process filled.
+  with an empty flashcute kernel cache, "warm" with the one the cold process filled. For flashcute's backends
+  "fwd kernels" is the part of the first forward spent getting its kernels: compiling them (cold) or loading them
+  from the disk cache (warm); the rest of a cold first forward is mostly CuTe DSL's import.
 """
 
 from __future__ import annotations
@@ -109,11 +111,22 @@ def first_call(name: str, shape: Shape) -> dict[str, float | str]:
             fn = backend.build(shape)
             found["import"] = time.perf_counter() - start
             found["fwd"] = wall_ms(lambda: fn(plain.q, plain.k, plain.v))[0] / 1e3
+            kernels = kernel_seconds()
+            if kernels:
+                found["fwd kernels"] = kernels
             found["fwd+bwd"] = wall_ms(lambda: run_pass(fn, with_grad, "fwd+bwd"))[0] / 1e3
     except Exception as exc:  # what did not run is reported with its reason
         for call in FIRST_CALLS:
             found.setdefault(call, f"{type(exc).__name__}: {exc}"[:200])
     return found
+
+
+def kernel_seconds() -> float:
+    """Seconds flashcute's kernel cache has spent in this process getting kernels (compiling, or loading from disk);
+    0 where no flashcute kernel was asked for."""
+    from flashcute import compile_cache
+
+    return sum(compile_cache.compile_seconds.values())
 
 
 if __name__ == "__main__":
