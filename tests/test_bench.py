@@ -39,7 +39,7 @@ from flashcute.bench.inputs import block_table, make_inputs, rotation_count
 from flashcute.bench.passes import make_step
 from flashcute.bench.plot import write_plots
 from flashcute.bench.report import DECODE_NOTE, PACKED_NOTE, compare, group_table, render, speedup
-from flashcute.bench.results import Results, Row
+from flashcute.bench.results import Results, Row, flashcute_kernel
 from flashcute.bench.runner import Settings, classify, sweep
 from flashcute.reference import attention_ref, attention_same_precision
 from tests.helpers import time_on_the_cpu
@@ -223,8 +223,9 @@ def stand_in_flashcute(
     ``pages_in_order``."""
     calls = [] if calls is None else calls
 
-    def flash_attn_func(q, k, v, causal, kernel, softcap=0.0, **scores):
-        calls.append(("flash_attn_func", {"causal": causal, "kernel": kernel, "softcap": softcap, **scores}))
+    def flash_attn_func(q, k, v, causal, kernel, softcap=0.0, deterministic=False, **scores):
+        mode = {"deterministic": True} if deterministic else {}
+        calls.append(("flash_attn_func", {"causal": causal, "kernel": kernel, "softcap": softcap, **mode, **scores}))
         return attention_same_precision(q, k, v, causal=causal, softcap=softcap, **scores)
 
     def flash_attn_varlen_func(q, k, v, **kwargs):
@@ -941,6 +942,25 @@ def test_decode_inputs_and_block_table():
     assert not torch.equal(table.flatten(), torch.arange(24, dtype=torch.int32))  # scattered over the cache
     mask = inputs.bottom_right_causal_mask(dataclasses.replace(shape, seqlen=5), device="cpu")
     assert mask.int().tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+
+
+def test_deterministic_backends_are_swept_only_where_named(monkeypatch):
+    """flashcute-<kernel>-deterministic calls the kernel's entries with deterministic=True, refuses decode shapes,
+    is left out of a sweep that names no backends, and is no flashcute kernel of its own in the tables."""
+    calls = []
+    package = stand_in_flashcute(calls=calls)
+    monkeypatch.setattr(flashcute, "available_kernels", lambda: ["sm80"], raising=False)
+    assert "flashcute-sm80-deterministic" not in [b.name for b in select_backends(None)[0]]
+    chosen = select_backends("flashcute-sm80-deterministic")[0]
+    assert [b.name for b in chosen] == ["flashcute-sm80-deterministic"]
+    assert chosen[0].supports(DECODE_SHAPE, "fwd").startswith("no decode shapes")
+    assert chosen[0].supports(SHAPE, "fwd+bwd") is None
+    assert flashcute_kernel("flashcute-sm80-deterministic") is None and flashcute_kernel("flashcute-sm80") == "sm80"
+    monkeypatch.setattr(flashcute, "flash_attn_func", package.flash_attn_func, raising=False)
+    backend = registry()["flashcute-sm80-deterministic"]
+    q, k, v = (torch.randn(1, 8, 2, 32) for _ in "qkv")
+    backend.build(Shape("bf16", 32, True, 8, 1, 2))(q, k, v)
+    assert calls == [("flash_attn_func", {"causal": True, "kernel": "sm80", "softcap": 0.0, "deterministic": True})]
 
 
 def test_decode_registry_and_what_each_backend_takes(monkeypatch):

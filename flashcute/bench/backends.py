@@ -9,6 +9,9 @@ Decode shapes (q a few rows, k and v a cache): flashcute-<kernel> runs them thro
 the decode registry adds flashcute-<kernel>-func, the same kernel through flash_attn_func on a contiguous cache;
 fa4 runs a paged cache through its flash_attn_varlen_func's page_table; SDPA and flex take contiguous caches only.
 
+flashcute-<kernel>-deterministic: the kernel with deterministic=True, for the deterministic backward's cost against
+the default one; a sweep takes it only where --backends names it (Backend.by_default).
+
 Score variants (dense shapes): flashcute takes softcap, learnable_sink and alibi_slopes; fa4 softcap and
 learnable_sink, no ALiBi; flex caps and biases through a score_mod, without a sink; SDPA none of them. A backend
 reports the variants it cannot run as unsupported. `score_tensors` makes the sink and slopes every backend and the
@@ -33,7 +36,7 @@ import torch.nn.functional as F
 from flashcute.bench.grid import Shape
 from flashcute.bench.inputs import block_table, bottom_right_causal_mask, cu_seqlens
 from flashcute.bench.passes import AttentionFn
-from flashcute.bench.results import DENSE_ENTRY_SUFFIX
+from flashcute.bench.results import DENSE_ENTRY_SUFFIX, DETERMINISTIC_SUFFIX
 
 MATH_MAX_SCORES_BYTES = 1 << 30
 SDPA_BACKENDS = {
@@ -73,6 +76,8 @@ class Backend:
     """Why the backend cannot run here at all (a package missing), or None."""
     context: Callable[[], AbstractContextManager] = nullcontext
     """Entered around building, checking and timing: SDPA's choice of backend is set here, not in every call."""
+    by_default: bool = True
+    """Whether a sweep that names no backends takes it."""
 
 
 def _unavailable(name: str, reason: str) -> Backend:
@@ -183,6 +188,21 @@ def flashcute_backend(name: str, package: ModuleType, kernel: str) -> Backend:
     return Backend(name, build)
 
 
+def _no_decode(shape: Shape, pass_: str) -> str | None:
+    return "no decode shapes: flash_attn_with_kvcache has no backward to make deterministic" if shape.decode else None
+
+
+def flashcute_deterministic_backend(name: str, package: ModuleType, kernel: str) -> Backend:
+    """flashcute_backend's entries with deterministic=True (dense and packed shapes), swept only where named."""
+    plain = flashcute_backend(name, package, kernel)
+
+    def build(shape: Shape) -> AttentionFn:
+        attention = plain.build(shape)
+        return lambda q, k, v: attention(q, k, v, deterministic=True)
+
+    return Backend(name, build, supports=_no_decode, by_default=False)
+
+
 def _decode_only(shape: Shape, pass_: str) -> str | None:
     if not shape.decode:
         return "decode shapes only: flashcute-<kernel> times flash_attn_func on the others"
@@ -215,7 +235,10 @@ def _flashcute_backends(decode: bool) -> list[Backend]:
         backends += [
             flashcute_func_backend(f"flashcute-{kernel}{DENSE_ENTRY_SUFFIX}", flashcute, kernel) for kernel in kernels
         ]
-    return backends
+    return backends + [
+        flashcute_deterministic_backend(f"flashcute-{kernel}{DETERMINISTIC_SUFFIX}", flashcute, kernel)
+        for kernel in kernels
+    ]
 
 
 # ---- flash-attn-4 --------------------------------------------------------------------------------------------------
@@ -392,8 +415,8 @@ def select_backends(names: str | None, decode: bool = False) -> tuple[list[Backe
     """
     known = registry(decode)
     if names is None:
-        reasons = {name: backend.available() for name, backend in known.items()}
-        selected = [backend for name, backend in known.items() if reasons[name] is None]
+        reasons = {name: backend.available() for name, backend in known.items() if backend.by_default}
+        selected = [backend for name, backend in known.items() if name in reasons and reasons[name] is None]
         return selected, {name: reason for name, reason in reasons.items() if reason is not None}
     unknown = f"unknown backend; known: {', '.join(known)}"
     chosen = [known.get(name) or _unavailable(name, unknown) for name in _split(names)]

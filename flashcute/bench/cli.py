@@ -78,8 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backends",
         help="comma list (default: every one available): flashcute-<kernel>, fa4, sdpa-cudnn, sdpa-flash, "
-        "sdpa-efficient, flex, sdpa-math, and with --decode flashcute-<kernel>-func. A name that cannot run is "
-        "reported on each row",
+        "sdpa-efficient, flex, sdpa-math, with --decode flashcute-<kernel>-func, and named only: "
+        "flashcute-<kernel>-deterministic (deterministic=True). A name that cannot run is reported on each row",
     )
     parser.add_argument("--out", type=Path, help="where results.json, results.md, plots go (default: out/bench/<time>)")
     parser.add_argument("--compare", type=Path, metavar="OLD.json", help="also print the change against a saved run")

@@ -13,6 +13,9 @@ DENSE_ENTRY_SUFFIX = "-func"
 """flashcute-<kernel>-func: a flashcute kernel through flash_attn_func where flashcute-<kernel> times another entry
 point (flash_attn_with_kvcache on decode shapes). Tables compare flashcute-<kernel> against it, as against any
 other backend."""
+DETERMINISTIC_SUFFIX = "-deterministic"
+"""flashcute-<kernel>-deterministic: a flashcute kernel with deterministic=True (the backward's dQ in a fixed order),
+swept only where named (--backends). Tables compare flashcute-<kernel> against it, as against any other backend."""
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,9 @@ def by_group(rows: list[Row]) -> dict[Group, list[Row]]:
 
 
 def flashcute_kernel(backend: str) -> str | None:
-    """The kernel of a flashcute-<kernel> backend; None for any other backend, flashcute-<kernel>-func among them."""
-    if not backend.startswith("flashcute-") or backend.endswith(DENSE_ENTRY_SUFFIX):
+    """The kernel of a flashcute-<kernel> backend; None for any other backend, flashcute-<kernel>-func and
+    flashcute-<kernel>-deterministic among them."""
+    if not backend.startswith("flashcute-") or backend.endswith((DENSE_ENTRY_SUFFIX, DETERMINISTIC_SUFFIX)):
         return None
     return backend.removeprefix("flashcute-")
 
