@@ -961,6 +961,8 @@ def test_deterministic_backends_are_swept_only_where_named(monkeypatch):
     q, k, v = (torch.randn(1, 8, 2, 32) for _ in "qkv")
     backend.build(Shape("bf16", 32, True, 8, 1, 2))(q, k, v)
     assert calls == [("flash_attn_func", {"causal": True, "kernel": "sm80", "softcap": 0.0, "deterministic": True})]
+    backend.build(Shape("bf16", 32, True, 8, 1, 2, sink=True))(q, k, v)  # the score variants' keywords beside it
+    assert calls[1][1]["deterministic"] is True and "learnable_sink" in calls[1][1]
 
 
 def test_decode_registry_and_what_each_backend_takes(monkeypatch):

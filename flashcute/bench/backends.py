@@ -165,9 +165,12 @@ def _heads_first(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 # ---- flashcute ---------------------------------------------------------------------------------------------------
 
 
-def flashcute_backend(name: str, package: ModuleType, kernel: str) -> Backend:
+def flashcute_backend(name: str, package: ModuleType, kernel: str, deterministic: bool = False) -> Backend:
     """``package.flash_attn_func`` with ``kernel``, or its flash_attn_varlen_func for a packed shape, or its
-    flash_attn_with_kvcache for a decode shape: flashcute's, or those of another tree's copy of the package."""
+    flash_attn_with_kvcache for a decode shape: flashcute's, or those of another tree's copy of the package. With
+    ``deterministic`` the first two take deterministic=True, decode shapes are refused (the cache entry has no
+    backward) and a sweep takes the backend only where named."""
+    mode = {"deterministic": True} if deterministic else {}  # (a copy from before the flag takes none)
 
     def build(shape: Shape) -> AttentionFn:
         if shape.decode:
@@ -180,27 +183,19 @@ def flashcute_backend(name: str, package: ModuleType, kernel: str) -> Backend:
             )
         if shape.packed:
             return partial(
-                package.flash_attn_varlen_func, **_varlen_arguments(shape), causal=shape.causal, kernel=kernel
+                package.flash_attn_varlen_func, **_varlen_arguments(shape), causal=shape.causal, kernel=kernel, **mode
             )
         capped = {"softcap": shape.softcap} if shape.softcap else {}  # (a copy from before softcap takes none)
-        return _with_scores(partial(package.flash_attn_func, causal=shape.causal, kernel=kernel, **capped), shape)
+        call = partial(package.flash_attn_func, causal=shape.causal, kernel=kernel, **capped, **mode)
+        return _with_scores(call, shape)
 
+    if deterministic:
+        return Backend(name, build, supports=_no_decode, by_default=False)
     return Backend(name, build)
 
 
 def _no_decode(shape: Shape, pass_: str) -> str | None:
     return "no decode shapes: flash_attn_with_kvcache has no backward to make deterministic" if shape.decode else None
-
-
-def flashcute_deterministic_backend(name: str, package: ModuleType, kernel: str) -> Backend:
-    """flashcute_backend's entries with deterministic=True (dense and packed shapes), swept only where named."""
-    plain = flashcute_backend(name, package, kernel)
-
-    def build(shape: Shape) -> AttentionFn:
-        attention = plain.build(shape)
-        return lambda q, k, v: attention(q, k, v, deterministic=True)
-
-    return Backend(name, build, supports=_no_decode, by_default=False)
 
 
 def _decode_only(shape: Shape, pass_: str) -> str | None:
@@ -236,7 +231,7 @@ def _flashcute_backends(decode: bool) -> list[Backend]:
             flashcute_func_backend(f"flashcute-{kernel}{DENSE_ENTRY_SUFFIX}", flashcute, kernel) for kernel in kernels
         ]
     return backends + [
-        flashcute_deterministic_backend(f"flashcute-{kernel}{DETERMINISTIC_SUFFIX}", flashcute, kernel)
+        flashcute_backend(f"flashcute-{kernel}{DETERMINISTIC_SUFFIX}", flashcute, kernel, deterministic=True)
         for kernel in kernels
     ]
 
