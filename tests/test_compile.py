@@ -46,7 +46,7 @@ PADDED_BUCKET = 128  # padded head dims (head-dim predicates) are compiled for t
 # kernels, the dtypes in turn for the mma.sync family's forward and dK/dV kernels on their first target, and one
 # variant a bucket for the rest (the deterministic backward's kernels, packed batches, softcap, sinks, ALiBi, a
 # later target).
-THIN = ("sm80-bwd-deterministic", "sm80-dq")
+THIN = ("sm80-bwd-deterministic", "sm80-dq", "sm90-bwd-deterministic")
 
 
 def full_matrix() -> list[tuple[object, str]]:

@@ -69,6 +69,25 @@ def test_hopper_backward_launches(monkeypatch, softcap, alibi):
     assert post[0] is dq_accum and post[1] is dq and post[2] == 1.0 and dq.shape == q.shape
 
 
+def test_deterministic_hopper_backward_takes_zeroed_q_tile_counters(monkeypatch):
+    """The deterministic Hopper backward: the same launches, its kernel's config deterministic, and behind every
+    optional argument (None where not given) an int32 counter per (batch, head, Q tile), zeroed."""
+    launches = recorded_launches(monkeypatch, sm90)
+    dout, q, k, v, out, lse = tensors()
+    sm90.backward(dout, q, k, v, out, lse, SCALE, DIAG, *WINDOW, True)
+    config = sm90_bwd_config(HEAD_DIM, "bfloat16", *WINDOW, deterministic=True)
+    assert [c for c, _ in launches] == [
+        bwd_pre_config(HEAD_DIM, "bfloat16", lse_log2=True),
+        config,
+        bwd_post_config(HEAD_DIM, "bfloat16"),
+    ]
+    main = launches[1][1]
+    assert main[9:-1] == (SCALE, DIAG, *WINDOW, *DENSE, None, None)
+    counters = main[-1]
+    assert counters.shape == (BATCH, NHEADS, math.ceil(SEQLEN_Q / config.block_m)) and counters.dtype == torch.int32
+    assert not counters.any()
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_mma_sync_backward_launches(monkeypatch, deterministic):
     """The preprocess (D, and dQaccum zeroed unless deterministic), the dK/dV kernel, then either the postprocess

@@ -116,6 +116,14 @@ class SymbolicProblem:
         strides = (cute.sym_int64(divisibility=4), cute.sym_int64(divisibility=4), 1)
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=16)
 
+    def q_tile_counters(self):
+        """(batch, nheads, Q tiles) int32 with a unit last stride: an order counter per Q tile (common/semaphore.py)."""
+        import cutlass
+        import cutlass.cute as cute
+
+        shape = (self.batch, self.nheads, cute.sym_int())
+        return cute.runtime.make_fake_tensor(cutlass.Int32, shape, stride=(cute.sym_int64(), cute.sym_int64(), 1))
+
 
 def optional_arguments(p: SymbolicProblem, config) -> tuple:
     """What an attention kernel built for ``config`` takes behind the stream: a packed batch's arguments

@@ -82,6 +82,15 @@ CASES = (
         (0, 0, 0, 2, 1, 64), {"window_size": (20, 3)}, "float16", backward=True, packed=((33, 190, 64), (200, 17, 64))
     ),
     Case((0, 0, 0, 2, 2, 96), {}, backward=True, deterministic=True, packed=((5, 129), (300, 64))),
+    Case((1, 300, 333, 4, 2, 128), {"window_size": (100, 7)}, backward=True, deterministic=True),
+    Case(
+        (0, 0, 0, 2, 1, 64),
+        {"causal": True},
+        "float16",
+        backward=True,
+        deterministic=True,
+        packed=((130, 7), (200, 190)),
+    ),
 )
 
 

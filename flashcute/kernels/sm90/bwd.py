@@ -44,7 +44,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
-from flashcute.kernels.common import tma
+from flashcute.kernels.common import semaphore, tma
 from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.copy import make_gmem_tiled_copy
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
@@ -148,6 +148,7 @@ class FlashAttentionBackwardSm90:
         max_seqlen_k: Int32 | None = None,
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
         mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
+        mSemaphore: cute.Tensor | None = None,  # (batch, nheads, Q tiles) int32, zeroed: with config.deterministic
     ):
         d, bm, bn, stages = self.head_dim_padded, self.block_m, self.block_n, self.num_stages
         sQ_layout = tma.smem_layout(self.dtype, bm, d, stages)  # also dO's
@@ -220,6 +221,7 @@ class FlashAttentionBackwardSm90:
             mSeqUsedQ,
             mSeqUsedK,
             mAlibi,
+            mSemaphore,
             softmax_scale,
             softcap,
             diag_offset,
@@ -275,6 +277,7 @@ class FlashAttentionBackwardSm90:
         mSeqUsedQ: cute.Tensor | None,
         mSeqUsedK: cute.Tensor | None,
         mAlibi: cute.Tensor | None,
+        mSemaphore: cute.Tensor | None,
         softmax_scale: Float32,
         softcap: Float32 | None,
         diag_offset: Int32,
@@ -368,7 +371,7 @@ class FlashAttentionBackwardSm90:
             if warp_idx == 0:
                 self.load(mQ, mK, mV, mdO, mLSE, mD, smem, tma_Q, tma_K, tma_V, tma_dO, pipes, work)
             elif warp_idx == 1:
-                self.write_dq(mdQaccum, tma_dQ, smem.sdQ, work)
+                self.write_dq(mdQaccum, tma_dQ, smem.sdQ, work, tile_info, mSemaphore)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS)
             self.consume(
@@ -441,16 +444,33 @@ class FlashAttentionBackwardSm90:
 
     # ---------------------------------------------------------------- the dQ writer warp
     @cute.jit
-    def write_dq(self, mdQaccum: cute.Tensor, tma_dQ: cute.CopyAtom, sdQ: cute.Tensor, work: SimpleNamespace):
+    def write_dq(
+        self,
+        mdQaccum: cute.Tensor,
+        tma_dQ: cute.CopyAtom,
+        sdQ: cute.Tensor,
+        work: SimpleNamespace,
+        tile_info: TileInfo,
+        mSemaphore: cute.Tensor | None,
+    ):
         """Per (query head, Q tile), in the consumers' order: tell each consumer warpgroup that its dQ tile is free
-        (the reduce-add before has read it), wait until it is written, and add it into dQaccum by TMA."""
+        (the reduce-add before has read it), wait until it is written, and add it into dQaccum by TMA.
+
+        With config.deterministic the K/V tiles add into a Q tile in a fixed order, the launch order (first K/V
+        tile first, common/semaphore.py): the writer waits until the Q tile's counter says that every K/V tile
+        before this one has added, adds, waits until its adds are done, and moves the counter on."""
         mdQ_s = work.seq.heads_q(mdQaccum, 0)  # this sequence's rows of every query head
+        counters = None
+        if cutlass.const_expr(self.config.deterministic):  # this sequence's Q tiles' counters, every query head
+            counters = work.seq.heads_stats(mSemaphore, work.stats_offset // self.block_m)
         for t in cutlass.range(work.qheads_per_kvhead * work.num_m_blocks, unroll=1):
             head_idx = work.first_head_idx + t // work.num_m_blocks
             m_block = work.m_block_min + t % work.num_m_blocks
             for wg in cutlass.range_constexpr(2):
                 cute.arch.cp_async_bulk_wait_group(1 - wg, read=True)  # this warpgroup's last reduce-add has read
                 cute.arch.barrier_arrive(barrier_id=DQ_EMPTY_BARRIER + wg, number_of_threads=DQ_HANDOFF_THREADS)
+            if cutlass.const_expr(self.config.deterministic):
+                self.wait_turn(counters, tile_info, work.n_block, head_idx, m_block)
             for wg in cutlass.range_constexpr(2):
                 # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
                 box = (m_block * 2 + wg, 0) if cutlass.const_expr(self.config.dq_split_rows) else (m_block, wg)
@@ -464,7 +484,21 @@ class FlashAttentionBackwardSm90:
                 )
                 cute.copy(tma_dQ, tdQsdQ, tdQgdQ)
                 cute.arch.cp_async_bulk_commit_group()
+            if cutlass.const_expr(self.config.deterministic):
+                cute.arch.cp_async_bulk_wait_group(0, read=False)  # the adds are done, not only read
+                if cute.arch.lane_idx() == 0:
+                    semaphore.step(counters[head_idx, None].iterator + m_block)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # shared memory stays until the last reduce-add has read it
+
+    @cute.jit
+    def wait_turn(self, counters: cute.Tensor, tile_info: TileInfo, n_block: Int32, head_idx: Int32, m_block: Int32):
+        """Wait until the K/V tiles before n_block that see Q tile m_block have added into its dQ (one lane spins,
+        the warp waits for it)."""
+        place = n_block - tile_info.n_block_range(m_block)[0]
+        counter = counters[head_idx, None].iterator + m_block
+        if cute.arch.lane_idx() == 0:
+            semaphore.wait_for(counter, place)
+        cute.arch.sync_warp()
 
     # ---------------------------------------------------------------- steps 3 to 7: the consumer warpgroups
     @cute.jit

@@ -199,6 +199,8 @@ class Sm90BwdConfig:
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
     softcap: the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py).
     alibi: the scores take the ALiBi bias (kernels/common/alibi.py).
+    deterministic: the K/V tiles add into each Q tile's dQ in a fixed order (kernels/common/semaphore.py), so dQ is
+    the same bit for bit from run to run.
     dv_before_ds: dV's MMA is issued as soon as P^T is in registers and runs while dS^T is computed, and dK's runs
     while dQ goes to shared memory; else dV's and dK's are issued together once dS^T is in registers, and dQ waits
     for both (P^T's registers are then free while dS^T is computed).
@@ -214,12 +216,14 @@ class Sm90BwdConfig:
     packed: bool = False
     softcap: bool = False
     alibi: bool = False
+    deterministic: bool = False
     dv_before_ds: bool = True
 
     @property
     def label(self) -> str:
-        """ "sm90bwd-bfloat16-d128-64x128s2-right" ("-dvlate": not dv_before_ds)."""
-        tiles = f"{self.block_m}x{self.block_n}s{NUM_STAGES}{'' if self.dv_before_ds else '-dvlate'}"
+        """ "sm90bwd-bfloat16-d128-64x128s2-right" ("-dvlate": not dv_before_ds; "-det": deterministic)."""
+        order = ("" if self.dv_before_ds else "-dvlate") + ("-det" if self.deterministic else "")
+        tiles = f"{self.block_m}x{self.block_n}s{NUM_STAGES}{order}"
         return attention_label(self, "sm90bwd", tiles)
 
     @property
@@ -268,9 +272,10 @@ def sm90_bwd_config(
     packed: bool = False,
     softcap: bool = False,
     alibi: bool = False,
+    deterministic: bool = False,
 ) -> Sm90BwdConfig:
     """The heuristic for the Hopper backward kernel (window_right = 0 is causal; ``packed`` and ``softcap`` as in
-    sm90_fwd_config)."""
+    sm90_fwd_config; ``deterministic``: dQ added in a fixed order)."""
     bucket = head_dim_bucket(head_dim)
     tiles = _backward_tiles(bucket)
     if tiles is None:
@@ -287,6 +292,7 @@ def sm90_bwd_config(
         packed=packed,
         softcap=softcap,
         alibi=alibi,
+        deterministic=deterministic,
         # D=128: dV under dS^T, 1.03-1.07x; D=64: P^T (32 registers) held through dS^T spills (tuning-sm90.md)
         dv_before_ds=bucket == 128,
     )

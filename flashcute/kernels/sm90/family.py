@@ -2,9 +2,9 @@
 
 What its kernels need of the tensors beyond the shared validation: layouts a TMA tensor map can describe
 (tma_addressable), a tile counter for the persistent forward (one per stream, left zeroed by the kernel), and for
-the backward LSE * log2(e) and D padded to whole Q tiles, which it bulk-copies a tile at a time. The backward covers
-the head dims it has tiles for (buckets 64 and 128) and not the deterministic mode: supports_backward says so, and
-the registry's next family takes the rest.
+the backward LSE * log2(e) and D padded to whole Q tiles, which it bulk-copies a tile at a time, and in the
+deterministic mode a zeroed counter per Q tile. The backward covers the head dims it has tiles for (buckets 64 and
+128): supports_backward says so, and the registry's next family takes the rest.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
     """The forward: (q, k, v, out, lse, tile_counter, softmax_scale, diag_offset, window_left, window_right,
     max_grid). The backward: (q, k, v, dout, lse_log2, d, dq_accum, dk, dv, softmax_scale, diag_offset,
     window_left, window_right), lse_log2 and d padded to whole Q tiles. Each then takes a packed batch's arguments
-    (build.optional_arguments), and the cap with ``config.softcap``."""
+    (build.optional_arguments), and the cap with ``config.softcap``; the deterministic backward last its Q tiles'
+    counters."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
 
@@ -63,15 +64,17 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
     stats = (p.padded_row_stats(), p.padded_row_stats())
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), *stats, p.q_like(cutlass.Float32))
     kernel = FlashAttentionBackwardSm90(config)
+    if config.deterministic:  # behind every optional argument, each given or None
+        after = (*after, *(None,) * (8 - len(after)), p.q_tile_counters())
     return compile_kernel(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like(), after=after)
 
 
 def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, list]:
     """The heuristics' configs by kernel kind, per dtype x head-dim bucket x (window_left, window_right) (x exact
-    and padded head dim; packed batches and capped scores at the exact head dims only, each orthogonal to
-    padding); the backward at the buckets it has tiles for."""
+    and padded head dim; packed batches, capped scores and the deterministic backward at the exact head dims only,
+    each orthogonal to padding); the backward at the buckets it has tiles for."""
     found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": [], "fwd-softcap": [], "bwd-softcap": []}
-    found |= {"fwd-sink": [], "fwd-alibi": [], "bwd-alibi": [], "fwd-value": []}
+    found |= {"fwd-sink": [], "fwd-alibi": [], "bwd-alibi": [], "fwd-value": [], "bwd-deterministic": []}
     if arch not in ARCHS:
         return found
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
@@ -79,6 +82,9 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found["fwd"].append(sm90_fwd_config(head_dim, dtype, *window))
             if sm90_bwd_supports(head_dim):
                 found["bwd"].append(sm90_bwd_config(head_dim, dtype, *window))
+    for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
+        if sm90_bwd_supports(bucket):
+            found["bwd-deterministic"].append(sm90_bwd_config(bucket, dtype, *window, deterministic=True))
     for variant in ("packed", "softcap", "alibi"):
         for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
             found[f"fwd-{variant}"].append(sm90_fwd_config(bucket, dtype, *window, **{variant: True}))
@@ -177,9 +183,8 @@ def supports_forward(head_dim: int, head_dim_v: int) -> bool:
 
 
 def supports_backward(head_dim: int, deterministic: bool, packed: bool, head_dim_v: int | None = None) -> bool:
-    """Whether the Hopper backward covers the call: its head dims, not the deterministic mode, v's head dim only
-    where it is q's."""
-    return head_dim_v in (None, head_dim) and not deterministic and sm90_bwd_supports(head_dim)
+    """Whether the Hopper backward covers the call: its head dims, v's head dim only where it is q's."""
+    return head_dim_v in (None, head_dim) and sm90_bwd_supports(head_dim)
 
 
 def backward(
@@ -204,10 +209,12 @@ def backward(
     applies softmax_scale; the postprocess casts dQ. ``packed_args``: a packed variable-length batch's
     (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in the rows of
     PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written). ``softcap`` >
-    0: the forward capped the scores by it; ``alibi``: (batch, nheads) float32 slopes it biased them with."""
+    0: the forward capped the scores by it; ``alibi``: (batch, nheads) float32 slopes it biased them with;
+    ``deterministic``: dQ is added in a fixed order, counted by a zeroed int32 per (batch, head, Q tile) (per
+    PaddedStatsRows tile of a packed batch)."""
     batch, seqlen_q, nheads, head_dim = q.shape
     packed, capped = packed_args is not None, softcap > 0
-    scores = {"softcap": capped, "alibi": alibi is not None}
+    scores = {"softcap": capped, "alibi": alibi is not None, "deterministic": deterministic}
     config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right, packed=packed, **scores)
     rows = seqlen_q if packed else -(-seqlen_q // config.block_m) * config.block_m
     delta = q.new_empty((batch, nheads, rows), dtype=torch.float32)
@@ -225,6 +232,11 @@ def backward(
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     tensors = (q, k, v, dout, lse_log2, kernel_delta, dq_accum, dk, dv)
     after = (*(packed_args or DENSE), softcap if capped else None, alibi)
+    if deterministic:
+        after = (
+            *after,
+            torch.zeros((*lse_log2.shape[:2], lse_log2.shape[2] // config.block_m), dtype=torch.int32, device=q.device),
+        )
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     prepost.postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
     return dq, dk, dv, delta
