@@ -231,12 +231,12 @@ def backward(
     q, k, v, dout = tma_addressable(q), tma_addressable(k), tma_addressable(v), tma_addressable(dout)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     tensors = (q, k, v, dout, lse_log2, kernel_delta, dq_accum, dk, dv)
-    after = (*(packed_args or DENSE), softcap if capped else None, alibi)
+    counters = None
     if deterministic:
-        after = (
-            *after,
-            torch.zeros((*lse_log2.shape[:2], lse_log2.shape[2] // config.block_m), dtype=torch.int32, device=q.device),
+        counters = torch.zeros(
+            (*lse_log2.shape[:2], lse_log2.shape[2] // config.block_m), dtype=torch.int32, device=q.device
         )
+    after = (*(packed_args or DENSE), softcap if capped else None, alibi, counters)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     prepost.postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
     return dq, dk, dv, delta
