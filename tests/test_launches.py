@@ -4,6 +4,7 @@ with them; these keep the host path, which runs at every call, checkable without
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -15,10 +16,17 @@ from flashcute.kernels.launch import DENSE
 from flashcute.kernels.sm80 import family as sm80
 from flashcute.kernels.sm80.config import bwd_config, dq_config
 from flashcute.kernels.sm90 import family as sm90
+from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
 from flashcute.kernels.sm90.config import sm90_bwd_config
 
 BATCH, SEQLEN_Q, SEQLEN_K, NHEADS, NHEADS_K, HEAD_DIM = 2, 100, 70, 4, 2, 64
 SCALE, DIAG, WINDOW = 0.125, SEQLEN_K - SEQLEN_Q, (-1, 0)
+
+
+def parameters_taken(kernel_class) -> int:
+    """How many arguments the compiled kernel of ``kernel_class`` takes: every parameter of its ``__call__`` but
+    self and the stream (build.compile_kernel), given or None: it refuses a call with fewer."""
+    return len(inspect.signature(kernel_class.__call__).parameters) - 2
 
 
 def recorded_launches(monkeypatch, module) -> list:
@@ -48,7 +56,8 @@ def tensors():
 def test_hopper_backward_launches(monkeypatch, softcap, alibi):
     """The preprocess (D, dQaccum zeroed, LSE * log2(e), both padded to whole Q tiles), the Hopper kernel on q, k,
     v, dO, those statistics and dQaccum into dk and dv, then the postprocess into dq at scale 1 (the kernel applied
-    softmax_scale); the cap only where the config caps, the slopes as given."""
+    softmax_scale); the cap only where the config caps, the slopes as given, None for the counters of the
+    deterministic order: every argument the compiled kernel takes."""
     launches = recorded_launches(monkeypatch, sm90)
     dout, q, k, v, out, lse = tensors()
     slopes = torch.rand(BATCH, NHEADS) if alibi else None
@@ -63,7 +72,8 @@ def test_hopper_backward_launches(monkeypatch, softcap, alibi):
     assert dq_accum.shape == q.shape and dq_accum.dtype == torch.float32 and dq_accum.is_contiguous()
     assert main[:4] == (q, k, v, dout) and main[4] is pre[5] and main[5] is delta and main[6] is dq_accum
     assert main[7] is dk and main[8] is dv and dk.shape == k.shape and dv.shape == v.shape
-    assert main[9:] == (SCALE, DIAG, *WINDOW, *DENSE, softcap if softcap else None, slopes)
+    assert main[9:] == (SCALE, DIAG, *WINDOW, *DENSE, softcap if softcap else None, slopes, None)
+    assert len(main) == parameters_taken(FlashAttentionBackwardSm90)
     post_config, post = launches[2]
     assert len(launches) == 3 and post_config == bwd_post_config(HEAD_DIM, "bfloat16")
     assert post[0] is dq_accum and post[1] is dq and post[2] == 1.0 and dq.shape == q.shape
@@ -86,6 +96,7 @@ def test_deterministic_hopper_backward_takes_zeroed_q_tile_counters(monkeypatch)
     counters = main[-1]
     assert counters.shape == (BATCH, NHEADS, math.ceil(SEQLEN_Q / config.block_m)) and counters.dtype == torch.int32
     assert not counters.any()
+    assert len(main) == parameters_taken(FlashAttentionBackwardSm90)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
