@@ -125,18 +125,19 @@ class SymbolicProblem:
         return cute.runtime.make_fake_tensor(cutlass.Int32, shape, stride=(cute.sym_int64(), cute.sym_int64(), 1))
 
 
-def optional_arguments(p: SymbolicProblem, config) -> tuple:
+def optional_arguments(p: SymbolicProblem, config, last=None) -> tuple:
     """What an attention kernel built for ``config`` takes behind the stream: a packed batch's arguments
     (packed_batch; None for a dense batch, as launch.DENSE passes them), with ``config.softcap`` the cap, with a
-    forward's ``config.sink`` the (nheads,) float32 sinks (a slot the backward kernels do not have), and with
-    ``config.alibi`` the (batch, nheads) float32 slopes; None for each left out, the trailing ones dropped (the
-    launches pass None there)."""
+    forward's ``config.sink`` the (nheads,) float32 sinks (a slot the backward kernels do not have), with
+    ``config.alibi`` the (batch, nheads) float32 slopes, then ``last``, a kernel's own last argument where it has
+    one (the Hopper backward's Q tile counters); None for each left out, the trailing ones dropped (the launches
+    pass None there)."""
     import cutlass
 
     after = [*(p.packed_batch() if config.packed else (None,) * 6), cutlass.Float32(0.0) if config.softcap else None]
     if hasattr(config, "sink"):
         after.append(p.head_vector() if config.sink else None)
-    after.append(p.alibi_slopes() if config.alibi else None)
+    after += [p.alibi_slopes() if config.alibi else None, last]
     while after and after[-1] is None:
         after.pop()
     return tuple(after)

@@ -52,20 +52,19 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
     from flashcute.kernels.build import ATTENTION_SCALARS, SymbolicProblem, compile_kernel, optional_arguments
 
     p = SymbolicProblem(config)
-    after = optional_arguments(p, config)
     if isinstance(config, Sm90FwdConfig):
         from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 
         tensors = (p.q_like(), p.kv_like(), p.v_like(), p.o_like(), p.row_stats(), p.tile_counter())
         kernel = FlashAttentionForwardSm90(config)
+        after = optional_arguments(p, config)
         return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1), after=after)
     from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
 
     stats = (p.padded_row_stats(), p.padded_row_stats())
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), *stats, p.q_like(cutlass.Float32))
     kernel = FlashAttentionBackwardSm90(config)
-    if config.deterministic:  # behind every optional argument, each given or None
-        after = (*after, *(None,) * (8 - len(after)), p.q_tile_counters())
+    after = optional_arguments(p, config, p.q_tile_counters() if config.deterministic else None)
     return compile_kernel(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like(), after=after)
 
 
