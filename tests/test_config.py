@@ -178,9 +178,12 @@ def test_every_sm90_bwd_config_fits_sm90a(config: Sm90BwdConfig):
 
 
 def test_sm90_bwd_head_dims():
-    assert [d for d in range(8, 257, 8) if sm90_bwd_supports(d)] == [*range(40, 65, 8), *range(104, 129, 8)]
-    assert sm90_bwd_config(120, "float16").head_dim_padded == 128
-    assert not sm90_bwd_config(120, "float16").exact_head_dim
+    assert [d for d in range(8, 257, 8) if sm90_bwd_supports(d)] == [*range(8, 129, 8)]
+    # buckets 32 and 96 run on the kernels of 64 and 128 columns, the padding zero-filled by TMA
+    for head_dim, padded in ((8, 64), (32, 64), (40, 64), (72, 128), (96, 128), (120, 128)):
+        assert sm90_bwd_config(head_dim, "float16").head_dim_padded == padded
+        assert not sm90_bwd_config(head_dim, "float16").exact_head_dim
+    assert sm90_bwd_config(64, "float16").exact_head_dim and sm90_bwd_config(128, "float16").exact_head_dim
     with pytest.raises(ValueError, match="head dim 256"):
         sm90_bwd_config(256, "float16")
 
