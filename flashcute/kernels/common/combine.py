@@ -83,9 +83,11 @@ class SplitKvCombine:
             lse_max = -Float32.inf if cutlass.const_expr(sink is None) else sink
             for s in cutlass.range(num_splits):
                 lse_max = cute.arch.fmax(lse_max, mLSEp[head_idx, batch_idx, s, r])
-            lse_max_log2 = (lse_max if lse_max != -Float32.inf else Float32(0.0)) * LOG2_E
+            lse_max = lse_max if lse_max != -Float32.inf else Float32(0.0)
 
-            # ---- sum_s w_s and sum_s w_s * O_s in fp32, w_s = exp(LSE_s - lse_max)
+            # ---- sum_s w_s and sum_s w_s * O_s in fp32, w_s = exp(LSE_s - lse_max): the difference is taken before
+            # the scaling, so that the largest term's weight is exactly 1 (an FFMA of LSE_s * log2(e) - lse_max *
+            # log2(e) leaves the rounding of the second product), and a row that only the sink saw gets LSE = sink
             owns_vector = vector_idx * VECTOR < head_dim  # always, at an exact head dim
             copy_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128)
             partial = cute.make_rmem_tensor((VECTOR,), self.dtype)
@@ -93,9 +95,9 @@ class SplitKvCombine:
             acc.fill(0.0)
             weight_sum = Float32(0.0)
             if cutlass.const_expr(sink is not None):  # a split with O_s = 0
-                weight_sum = cute.math.exp2(sink * LOG2_E - lse_max_log2, fastmath=True)
+                weight_sum = cute.math.exp2((sink - lse_max) * LOG2_E, fastmath=True)
             for s in cutlass.range(num_splits):
-                weight = cute.math.exp2(mLSEp[head_idx, batch_idx, s, r] * LOG2_E - lse_max_log2, fastmath=True)
+                weight = cute.math.exp2((mLSEp[head_idx, batch_idx, s, r] - lse_max) * LOG2_E, fastmath=True)
                 weight_sum += weight
                 if owns_vector:
                     gOp = cute.local_tile(mOp[batch_idx, s, r, head_idx, None], (VECTOR,), (vector_idx,))
