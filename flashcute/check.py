@@ -1,7 +1,8 @@
 """`flashcute check`: compile every kernel variant for a target, without a GPU, and report what the compiler made
 of each: registers, stack, spill instructions (STL/LDL) and the SASS of the algorithm's steps (HMMA tensor-core
 MMAs, LDGSTS cp.async loads, LDSM ldmatrix reads, MUFU.EX2 exponentials; for the Hopper kernel HGMMA warpgroup MMAs
-and UTMALDG TMA loads; the Hopper backward too)."""
+and UTMALDG TMA loads; the Hopper backward too), and "step": the SASS instructions of its largest innermost loop,
+one main-loop step (sass.step_loops)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     header = f"{'arch':<7} {'variant':<36} {'regs':>4} {'stack':>5} {'STL+LDL':>7} " + " ".join(
         f"{name:>{max(len(name), 6)}}" for name in COLUMNS
     )
+    header += f" {'step':>5}"
     lines, failed, spilled = [header], 0, 0
     for (config, arch), report in zip(variants, reports, strict=True):
         row = f"{arch:<7} {config.label:<36}"
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         spilled += report.spills > 0
         counts = " ".join(f"{report.count(name):>{max(len(name), 6)}}" for name in COLUMNS)
-        lines.append(f"{row} {report.registers:>4} {report.stack_bytes:>5} {report.spills:>7} {counts}")
+        step = report.loops[0] if report.loops else 0
+        lines.append(f"{row} {report.registers:>4} {report.stack_bytes:>5} {report.spills:>7} {counts} {step:>5}")
     print("\n".join(lines))
     print(
         f"{len(variants)} variants in {time.perf_counter() - start:.0f} s: {failed} failed to compile, "

@@ -123,4 +123,5 @@ def test_check_compiles_and_reports(capsys):
     assert kinds == {"float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost", "combine"}
     assert all(int(row[2]) <= 255 for row in rows)  # registers
     assert all(int(row[5]) > 0 for row in rows if not row[1].startswith(("bwdpre", "bwdpost", "combine")))  # HMMA
+    assert all(int(row[-1]) > 50 for row in rows if row[1].startswith(("float16", "bfloat16")))  # a forward's step
     assert "96 variants in" in out and "0 failed to compile" in out

@@ -31,7 +31,7 @@ from flashcute import compile_cache
 from flashcute.kernels import registry
 from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MASK_NAMES, dtype_in_turn, in_sample
 from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, CombineConfig
-from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants, machine_code
+from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants, machine_code, step_loops
 from flashcute.kernels.sm80.config import BwdConfig, bwd_config, fwd_config
 from flashcute.kernels.sm90.config import Sm90BwdConfig, Sm90FwdConfig, sm90_fwd_config
 from flashcute.kernels.variants import alternative_tile_variants
@@ -622,6 +622,31 @@ def test_known_spills_name_compiled_variants():
     assert set(KNOWN_SPILLS) <= set(ALL_IDS)
     for toolkit, names in KNOWN_SPILLS_BY_TOOLKIT.items():
         assert set(names) <= set(ALL_IDS) - set(KNOWN_SPILLS), toolkit
+
+
+def test_step_loops_are_the_innermost_loops_largest_first():
+    listing = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_0:
+        /*0010*/                   IADD3 R2, R2, 0x1, RZ ;
+.L_x_1:
+        /*0020*/                   FFMA R3, R3, R4, R5 ;
+        /*0030*/                   FFMA R3, R3, R4, R5 ;
+        /*0040*/               @P0 BRA `(.L_x_1) ;
+        /*0050*/               @P1 BRA `(.L_x_2) ;
+        /*0060*/                   FADD R6, R6, R3 ;
+        /*0070*/               @P2 BRA `(.L_x_1) ;
+.L_x_2:
+        /*0080*/               @P3 BRA `(.L_x_0) ;
+.L_x_3:
+        /*0090*/                   MUFU.EX2 R7, R7 ;
+        /*00a0*/               @P4 BRA `(.L_x_3) ;
+        /*00b0*/                   EXIT ;
+"""
+    # .L_x_1 runs to its last branch back (6 instructions, the forward branch to .L_x_2 inside it), .L_x_3 is 2;
+    # .L_x_0 holds .L_x_1, so it is not innermost
+    assert step_loops(listing) == (6, 2)
+    assert step_loops("/*0000*/ EXIT ;") == ()
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ stack. Register spills to local memory show as ``STL`` / ``LDL`` instructions. `
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import multiprocessing
 import re
@@ -24,6 +25,10 @@ from pathlib import Path
 # `/*0a40*/  @!P0 LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64] ;` -> "LDGSTS.E.BYPASS.LTC128B.128"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?\w+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
 _RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+)")
+# `.L_x_12:` a label, `/*0a40*/` an instruction's address, `@P0 BRA `(.L_x_12) ;` a branch to the label
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_ADDRESS = re.compile(r"^\s*/\*([0-9a-f]+)\*/")
+_BRANCH = re.compile(r"\bBRA\s+`?\(?(\.L_x_\d+)")
 _SM = re.compile(r"EF_CUDA_SM(\d+)\b")
 _TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)", re.MULTILINE)
 
@@ -36,6 +41,7 @@ class SassReport:
     registers:   registers per thread (255 is the most a thread can have)
     stack_bytes: local-memory stack per thread; more than 0 means the kernel spills or keeps arrays in memory
     opcodes:     how many instructions of each opcode-with-modifiers, e.g. {"HMMA.16816.F32.BF16": 768, ...}
+    loops:       instructions in each innermost loop, largest first (step_loops): the main loops' steps
     seconds:     how long the compile took
     """
 
@@ -43,6 +49,7 @@ class SassReport:
     registers: int
     stack_bytes: int
     opcodes: dict[str, int]
+    loops: tuple[int, ...] = ()
     seconds: float = 0.0
 
     def count(self, opcode: str) -> int:
@@ -106,6 +113,28 @@ def _target_arch(sass: str) -> str | None:
     return None if sm is None else f"sm_{sm.group(1)}{'a' if 'EF_CUDA_ACCELERATORS' in header else ''}"
 
 
+def step_loops(sass: str) -> tuple[int, ...]:
+    """Instructions in each innermost loop of an ``nvdisasm -c`` listing, largest first. A loop is the span from a
+    label to the last branch back to it; an innermost one holds no other. A kernel's main loops are its largest
+    innermost loops, one step an iteration (the same loops a profiler's source view shows)."""
+    labels, addresses, pending, ends = {}, [], [], {}
+    for line in sass.splitlines():
+        if label := _LABEL.match(line):
+            pending.append(label.group(1))
+        elif address := _ADDRESS.match(line):
+            addresses.append(int(address.group(1), 16))
+            labels.update(dict.fromkeys(pending, addresses[-1]))
+            pending = []
+            branch = _BRANCH.search(line)
+            target = labels.get(branch.group(1)) if branch else None
+            if target is not None and target <= addresses[-1]:  # a label seen already: a branch back
+                ends[target] = addresses[-1]
+    spans = list(ends.items())
+    inner = [(a, b) for a, b in spans if not any((a, b) != (c, d) and a <= c and d <= b for c, d in spans)]
+    sizes = (bisect.bisect_right(addresses, end) - bisect.bisect_left(addresses, start) for start, end in inner)
+    return tuple(sorted(sizes, reverse=True))
+
+
 def inspect_cubin(cubin: Path) -> SassReport:
     """Disassemble a cubin holding one kernel and read its registers, stack and opcode counts."""
     sass = _run("nvdisasm", "-c", str(cubin))
@@ -118,7 +147,7 @@ def inspect_cubin(cubin: Path) -> SassReport:
     if arch is None:
         raise ValueError(f"neither a .target line nor an EF_CUDA_SM flag in the disassembly of {cubin}")
     (registers, stack_bytes), opcodes = usage[0], Counter(_INSTRUCTION.findall(sass))
-    return SassReport(arch=arch, registers=registers, stack_bytes=stack_bytes, opcodes=dict(opcodes))
+    return SassReport(arch, registers, stack_bytes, dict(opcodes), step_loops(sass))
 
 
 def machine_code(cubin: Path) -> str:
