@@ -161,12 +161,9 @@ _BWD = (
     "spills nowhere)"
 )
 _SM90_BWD = (
-    "Hopper backward, 240 registers a consumer thread: dK and dV (2 x 64 fp32 at d128, 2 x 32 at d64), S^T and dP^T "
-    "(2 x 32 at d128, 2 x 64 at d64 with 128-row Q tiles) and the dQ accumulator leave a few scalars (addresses, "
-    "loop counters) to spill: 16-88 bytes of stack (the most with softcap's derivative at d64), 8-77 spill "
-    "instructions, most under masks. Measured on the H200 anyway: 1.56x-1.73x SDPA flash's backward at 619e4b7 "
-    "(docs/tuning-sm90.md, Backward tiles), and the MMA order with the dQ writer warp that spills at d128 faster "
-    "than the one that did not (Backward dQ writer warp)"
+    "Hopper backward, 240 registers a consumer thread: at d64 (S^T and dP^T of 2 x 64 fp32 with 128-row Q tiles) the "
+    "softcap derivative's kept t, ALiBi's row terms or both masks leave a few scalars to spill (8-72 bytes of stack, "
+    "1-18 spill instructions); d128 only with ALiBi under both masks (8 bytes)"
 )
 _D256 = (
     "128x128 tile, 8 warps (sm_90a only: 192 KB of shared memory): acc_O 128 + acc_S 64 fp32 registers a thread "
@@ -362,15 +359,18 @@ KNOWN_SPILLS: dict[str, str] = {
         _SM90_D256_CLAIMS,
     ),
     **dict.fromkeys(
-        [
-            i
-            for i in ALL_IDS
-            if i.startswith("sm_90a-sm90bwd-")
-            and not i.endswith(("-d64-128x128s2-dvlate-right", "-d64pad-128x128s2-dvlate-right", "-dvlate-det-right"))
-        ],
-        # d64 (and head dims padded to it) under a causal mask spills nothing with dV's MMA issued after dS^T; at
-        # d128 dV's MMA runs while dS^T is computed (dv_before_ds), which holds P^T's 16 registers longer: a few
-        # scalars spill even without a mask
+        _built(
+            f"sm_90a-sm90bwd-{name}"
+            for name in (
+                "bfloat16-d64-128x128s2-dvlate-both",
+                "bfloat16-d64-128x128s2-dvlate-both-packed",
+                "bfloat16-d64-128x128s2-dvlate-det-both",
+                *(f"{dtype}-d64-128x128s2-dvlate-{mask}-softcap" for dtype in DTYPES for mask in MASK_NAMES.values()),
+                *(f"{dtype}-d64-128x128s2-dvlate-{mask}-alibi" for dtype in DTYPES for mask in ("right", "left")),
+                "float16-d64-128x128s2-dvlate-nomask-alibi",
+                "bfloat16-d128-64x128s2-both-alibi",
+            )
+        ),
         _SM90_BWD,
     ),
     **dict.fromkeys(
@@ -590,6 +590,8 @@ def test_sass_holds_the_algorithms_instructions(reports, config, arch: str):
             assert report.count(opcode) > 0, f"no {opcode} in the SASS"
         for opcode in ("HMMA", "LDGSTS", "REDG.E.ADD.F32", "RED.E"):
             assert report.count(opcode) == 0, f"{opcode} in the Hopper backward's SASS"
+        # dS^T goes to shared memory by stmatrix, four 8 x 8 tiles an instruction, not two values a store
+        assert report.count("STSM.16.M88.4") > 0, report.opcodes
         # deterministic: the dQ writer's turn, an acquire load spinning on the Q tile's counter and a release add
         counter_ops = (report.count("LDG.E.STRONG.GPU"), report.count("REDG.E.ADD.S32.STRONG.GPU"))
         assert (min(counter_ops) > 0) == config.deterministic and (max(counter_ops) > 0) == config.deterministic

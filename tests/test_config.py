@@ -179,11 +179,13 @@ def test_every_sm90_bwd_config_fits_sm90a(config: Sm90BwdConfig):
 
 def test_sm90_bwd_head_dims():
     assert [d for d in range(8, 257, 8) if sm90_bwd_supports(d)] == [*range(8, 129, 8)]
-    # buckets 32 and 96 run on the kernels of 64 and 128 columns, the padding zero-filled by TMA
-    for head_dim, padded in ((8, 64), (32, 64), (40, 64), (72, 128), (96, 128), (120, 128)):
+    for head_dim, padded in ((8, 32), (40, 64), (72, 96), (120, 128)):
         assert sm90_bwd_config(head_dim, "float16").head_dim_padded == padded
         assert not sm90_bwd_config(head_dim, "float16").exact_head_dim
-    assert sm90_bwd_config(64, "float16").exact_head_dim and sm90_bwd_config(128, "float16").exact_head_dim
+    for head_dim in (32, 64, 96, 128):
+        assert sm90_bwd_config(head_dim, "float16").exact_head_dim
+    # D=96 splits dQ's head dim 48 + 48, in K's 16-column swizzle atoms
+    assert sm90_bwd_config(96, "bfloat16").dq_split_rows is False
     with pytest.raises(ValueError, match="head dim 256"):
         sm90_bwd_config(256, "float16")
 
@@ -193,9 +195,12 @@ def test_sm90_bwd_refuses_other_targets_and_bad_tiles():
     assert "sm_90a" in FlashAttentionBackwardSm90.can_implement(config, "sm_80")
     for fields, message in (({"block_n": 64}, "block_n=64"), ({"block_m": 96}, "block_m=96")):
         assert message in FlashAttentionBackwardSm90.can_implement(dataclasses.replace(config, **fields), "sm_90a")
-    # 64-row Q tiles split dQ's head dim in two 64-column halves: not at head dim 64
+    # 64-row Q tiles split dQ's head dim between the warpgroups (K's swizzle atoms as wide as a half)
     d64 = dataclasses.replace(sm90_bwd_config(64, "bfloat16"), block_m=64)
-    assert "head_dim_padded=64" in FlashAttentionBackwardSm90.can_implement(d64, "sm_90a")
+    assert FlashAttentionBackwardSm90.can_implement(d64, "sm_90a") is None
+    for bucket in (192, 256):
+        other = dataclasses.replace(config, head_dim_padded=bucket)
+        assert "is over 128" in FlashAttentionBackwardSm90.can_implement(other, "sm_90a")
     big = dataclasses.replace(config, block_m=128)
     assert "shared memory" in FlashAttentionBackwardSm90.can_implement(big, "sm_90a")
 

@@ -55,9 +55,9 @@ def tensors():
 @pytest.mark.parametrize(("softcap", "alibi"), [(0.0, False), (20.0, True)])
 def test_hopper_backward_launches(monkeypatch, softcap, alibi):
     """The preprocess (D, dQaccum zeroed, LSE * log2(e), both padded to whole Q tiles), the Hopper kernel on q, k,
-    v, dO, those statistics and dQaccum into dk and dv, then the postprocess into dq at scale 1 (the kernel applied
-    softmax_scale); the cap only where the config caps, the slopes as given, None for the counters of the
-    deterministic order: every argument the compiled kernel takes."""
+    v, dO, those statistics and dQaccum into dk and dv, then the postprocess into dq, which applies softmax_scale;
+    the cap only where the config caps, the slopes as given, None for the counters of the deterministic order:
+    every argument the compiled kernel takes."""
     launches = recorded_launches(monkeypatch, sm90)
     dout, q, k, v, out, lse = tensors()
     slopes = torch.rand(BATCH, NHEADS) if alibi else None
@@ -76,7 +76,7 @@ def test_hopper_backward_launches(monkeypatch, softcap, alibi):
     assert len(main) == parameters_taken(FlashAttentionBackwardSm90)
     post_config, post = launches[2]
     assert len(launches) == 3 and post_config == bwd_post_config(HEAD_DIM, "bfloat16")
-    assert post[0] is dq_accum and post[1] is dq and post[2] == 1.0 and dq.shape == q.shape
+    assert post[0] is dq_accum and post[1] is dq and post[2] == SCALE and dq.shape == q.shape
 
 
 def test_deterministic_hopper_backward_takes_zeroed_q_tile_counters(monkeypatch):

@@ -13,10 +13,14 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 
-def smem_layout(dtype: type[cutlass.Numeric], rows: int, head_dim: int, stages: int) -> cute.ComposedLayout:
-    """A (rows, head_dim, stages) row-major swizzled shared-memory layout that wgmma and TMA both accept."""
+def smem_layout(
+    dtype: type[cutlass.Numeric], rows: int, head_dim: int, stages: int, atom_cols: int | None = None
+) -> cute.ComposedLayout:
+    """A (rows, head_dim, stages) row-major swizzled shared-memory layout that wgmma and TMA both accept: the widest
+    swizzle whose atom divides the head dim, or ``atom_cols`` where an MMA partitions the columns into parts of that
+    width."""
     atom = warpgroup.make_smem_layout_atom(
-        sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, head_dim), dtype
+        sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, atom_cols or head_dim), dtype
     )
     return cute.tile_to_shape(atom, (rows, head_dim, stages), (0, 1, 2))
 

@@ -13,7 +13,7 @@ operand the dV and dK GEMMs need as "A" is already in registers:
     dV  += P^T dO        (wgmma, P^T from registers, dO^T a transposed view of the dO tile)
     dK  += dS^T Q        (wgmma, dS^T from registers)
     dQ   = dS K          (wgmma from shared memory: dS^T is written there once, read through a transposed view)
-    (dK and dQ times softmax_scale)
+    (dK times softmax_scale once at the end, dQ in the postprocess that casts it)
 
 With softcap, S^T is capped first and dS^T takes the cap's derivative (kernels/common/softcap.py).
 
@@ -111,13 +111,8 @@ class FlashAttentionBackwardSm90:
             return f"block_n={config.block_n} is not 128 (two consumer warpgroups of 64 key rows)"
         if config.block_m not in (64, 128):
             return f"block_m={config.block_m} is not 64 or 128"
-        if not config.dq_split_rows and config.head_dim_padded % 128 != 0:
-            return (
-                f"block_m=64 splits dQ's head dim between two warpgroups in 64-column swizzle atoms: "
-                f"head_dim_padded={config.head_dim_padded} is not a multiple of 128"
-            )
-        if config.head_dim_padded not in (64, 128):
-            return f"head_dim_padded={config.head_dim_padded} is not 64 or 128 (the register budget of dK and dV)"
+        if config.head_dim_padded > 128:
+            return f"head_dim_padded={config.head_dim_padded} is over 128 (the register budget of dK and dV)"
         if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
             return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {MAX_SMEM_BYTES[arch]}"
         return None
@@ -152,7 +147,9 @@ class FlashAttentionBackwardSm90:
     ):
         d, bm, bn, stages = self.head_dim_padded, self.block_m, self.block_n, self.num_stages
         sQ_layout = tma.smem_layout(self.dtype, bm, d, stages)  # also dO's
-        sKV_layout = tma.smem_layout(self.dtype, bn, d, 1)
+        # K's swizzle atoms no wider than a warpgroup's dQ columns, which its K^T view is split into (48 at D=96)
+        sK_layout = tma.smem_layout(self.dtype, bn, d, 1, atom_cols=self.dq_cols)
+        sV_layout = tma.smem_layout(self.dtype, bn, d, 1)
         sdS_layout = tma.smem_layout(self.dtype, bn, bm, stages)  # dS^T: key rows, query columns contiguous
         sLSE_layout = cute.make_layout((bm, stages))  # also D's
         # each consumer warpgroup's (64, dq_cols) part of the dQ tile, float32
@@ -162,12 +159,12 @@ class FlashAttentionBackwardSm90:
         load = cpasync.CopyBulkTensorTileG2SOp()
         tma_Q, tQ = tma.make_tma(load, mQ_t, sQ_layout, bm, d)
         tma_dO, tdO = tma.make_tma(load, mdO_t, sQ_layout, bm, d)
-        tma_K, tK = tma.make_tma(load, mK_t, sKV_layout, bn, d)
-        tma_V, tV = tma.make_tma(load, mV_t, sKV_layout, bn, d)
+        tma_K, tK = tma.make_tma(load, mK_t, sK_layout, bn, d)
+        tma_V, tV = tma.make_tma(load, mV_t, sV_layout, bn, d)
         reduce_add = cpasync.CopyReduceBulkTensorTileS2GOp()
         tma_dQ, tdQ = tma.make_tma(reduce_add, tma.bshd_to_sdhb(mdQaccum), sdQ_layout, 64, self.dq_cols)
         self.tx_bytes_q = tma.tx_bytes(self.dtype, sQ_layout) + bm * 4  # a Q (or dO) tile and its LSE (or D) row
-        self.tx_bytes_kv = 2 * tma.tx_bytes(self.dtype, sKV_layout)
+        self.tx_bytes_kv = tma.tx_bytes(self.dtype, sK_layout) + tma.tx_bytes(self.dtype, sV_layout)
 
         K, MN = OperandMajorMode.K, OperandMajorMode.MN
         mmas = SimpleNamespace(
@@ -190,8 +187,8 @@ class FlashAttentionBackwardSm90:
             sD: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sLSE_layout)], 128]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sdO: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
             sdS: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sdS_layout)], 1024]
             sdQ: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sdQ_layout)], 1024]
 
@@ -238,7 +235,8 @@ class FlashAttentionBackwardSm90:
             mK.shape[1],
             mQ.shape[3],
             sQ_layout,
-            sKV_layout,
+            sK_layout,
+            sV_layout,
             sdS_layout,
             sLSE_layout,
             sdQ_layout,
@@ -290,7 +288,8 @@ class FlashAttentionBackwardSm90:
         seqlen_k: Int32,
         head_dim: Int32,
         sQ_layout: cute.ComposedLayout,
-        sKV_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
         sdS_layout: cute.ComposedLayout,
         sLSE_layout: cute.Layout,
         sdQ_layout: cute.ComposedLayout,
@@ -331,8 +330,8 @@ class FlashAttentionBackwardSm90:
         smem = SimpleNamespace(
             sQ=storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner),  # (block_m, D, stage)
             sdO=storage.sdO.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner),
-            sK=storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner),  # (block_n, D, 1)
-            sV=storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner),
+            sK=storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner),  # (block_n, D, 1)
+            sV=storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner),
             sdS=storage.sdS.get_tensor(sdS_layout.outer, swizzle=sdS_layout.inner),  # (block_n, block_m, stage)
             sLSE=storage.sLSE.get_tensor(sLSE_layout),  # (block_m, stage)
             sD=storage.sD.get_tensor(sLSE_layout),
@@ -531,7 +530,9 @@ class FlashAttentionBackwardSm90:
         wg_sdp, wg_dkv, wg_dq = (t.get_slice(wg_first) for t in (tiled_mma_sdp, tiled_mma_dkv, tiled_mma_dq))
         sQt, sdOt, sKt = (transpose_view(s) for s in (smem.sQ, smem.sdO, smem.sK))  # (D, rows, stage)
         sdS = transpose_view(smem.sdS)  # dS: (block_m, block_n, stage)
-        store_dS = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype), tiled_mma_sdp)
+        # dS^T to shared memory by stmatrix: four 8 x 8 tiles of 16-bit values an instruction
+        stmatrix = cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4)
+        store_dS = cute.make_tiled_copy_C(cute.make_copy_atom(stmatrix, self.dtype), tiled_mma_sdp)
         store_dS = store_dS.get_slice(tidx)
         mma = SimpleNamespace(
             tiled_mma_sdp=tiled_mma_sdp,
@@ -677,7 +678,6 @@ class FlashAttentionBackwardSm90:
         else:
             gemm(mma.tiled_mma_dq, acc_dQ, mma.tdQrdS[None, None, None, stage], mma.tdQrKt, True, 0)
         pipes.do.consumer_release(state)  # dV is done with dO
-        acc_dQ.store(acc_dQ.load() * softmax_scale)
         self.stage_dq(mma, acc_dQ)
         warpgroup.wait_group(0)  # dK is done with Q
         pipes.q.consumer_release(state)

@@ -251,27 +251,18 @@ class Sm90BwdConfig:
 def _backward_tiles(bucket: int) -> tuple[int, int] | None:
     """(block_m, block_n): FlashAttention-3's H100 shapes (docs/tuning-sm90.md, Backward tiles); None where the
     family has no backward (the registry's next family takes it)."""
-    if bucket == 64:
-        return (128, 128)  # at 64 the Q tile can be 128 rows
+    if bucket <= 64:
+        return (128, 128)  # at 32 and 64 the Q tile can be 128 rows
+    if bucket == 96:
+        return (64, 128)  # FlashAttention-3's D=96 tile; dQ's head dim split 48 + 48 (K in 16-column swizzle atoms)
     if bucket == 128:
         return (64, 128)  # keeps dV, dK, S and dP of 64 key rows in a warpgroup's 240 registers
     return None
 
 
-def _backward_head_dim(bucket: int) -> int:
-    """The padded head dim the backward runs a bucket at: the kernel is built for 64 and 128 columns (the register
-    budget of dK and dV), and TMA zero-fills the columns past a smaller head dim (docs/tuning-sm90.md, Backward at
-    padded head dims)."""
-    if bucket == 32:
-        return 64  # D=64's kernel on zero-filled columns: 1.20-1.49x the mma.sync backward at D=32
-    if bucket == 96:
-        return 128  # D=128's kernel on zero-filled columns: 1.39-1.57x the mma.sync backward at D=96
-    return bucket
-
-
 def sm90_bwd_supports(head_dim: int) -> bool:
     """Whether the Hopper backward has a configuration for this head dim."""
-    return _backward_tiles(_backward_head_dim(head_dim_bucket(head_dim))) is not None
+    return _backward_tiles(head_dim_bucket(head_dim)) is not None
 
 
 @functools.cache
@@ -287,15 +278,15 @@ def sm90_bwd_config(
 ) -> Sm90BwdConfig:
     """The heuristic for the Hopper backward kernel (window_right = 0 is causal; ``packed`` and ``softcap`` as in
     sm90_fwd_config; ``deterministic``: dQ added in a fixed order)."""
-    padded = _backward_head_dim(head_dim_bucket(head_dim))
-    tiles = _backward_tiles(padded)
+    bucket = head_dim_bucket(head_dim)
+    tiles = _backward_tiles(bucket)
     if tiles is None:
         raise ValueError(f"the Hopper backward has no tiles for head dim {head_dim}")
     mask_right, mask_left = masks(window_left, window_right)
     return Sm90BwdConfig(
         dtype=dtype,
-        head_dim_padded=padded,
-        exact_head_dim=head_dim == padded,
+        head_dim_padded=bucket,
+        exact_head_dim=head_dim == bucket,
         block_m=tiles[0],
         block_n=tiles[1],
         mask_right=mask_right,
@@ -304,6 +295,7 @@ def sm90_bwd_config(
         softcap=softcap,
         alibi=alibi,
         deterministic=deterministic,
-        # D=128: dV under dS^T, 1.03-1.07x; D=64: P^T (32 registers) held through dS^T spills (tuning-sm90.md)
-        dv_before_ds=padded == 128,
+        # D=128: dV under dS^T, 1.03-1.07x; D=64: P^T (32 registers) held through dS^T spills (tuning-sm90.md);
+        # D=96 spills in neither order: D=128's
+        dv_before_ds=bucket >= 96,
     )

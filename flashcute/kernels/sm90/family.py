@@ -3,8 +3,8 @@
 What its kernels need of the tensors beyond the shared validation: layouts a TMA tensor map can describe
 (tma_addressable), a tile counter for the persistent forward (one per stream, left zeroed by the kernel), and for
 the backward LSE * log2(e) and D padded to whole Q tiles, which it bulk-copies a tile at a time, and in the
-deterministic mode a zeroed counter per Q tile. The backward covers head dims up to 128 (those of buckets 32 and 96
-on the kernels of 64 and 128, padded): supports_backward says so, and the registry's next family takes the rest.
+deterministic mode a zeroed counter per Q tile. The backward covers head dims up to 128: supports_backward says
+so, and the registry's next family takes the rest.
 """
 
 from __future__ import annotations
@@ -71,8 +71,7 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
 def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, list]:
     """The heuristics' configs by kernel kind, per dtype x head-dim bucket x (window_left, window_right) (x exact
     and padded head dim; packed batches, capped scores and the deterministic backward at the exact head dims only,
-    each orthogonal to padding); the backward at the head dims it covers (those of buckets 32 and 96 padded to 64
-    and 128, its variants of the other kinds only where it runs a bucket unpadded)."""
+    each orthogonal to padding); the backward at the head dims it covers."""
     found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": [], "fwd-softcap": [], "bwd-softcap": []}
     found |= {"fwd-sink": [], "fwd-alibi": [], "bwd-alibi": [], "fwd-value": [], "bwd-deterministic": []}
     if arch not in ARCHS:
@@ -82,14 +81,13 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found["fwd"].append(sm90_fwd_config(head_dim, dtype, *window))
             if sm90_bwd_supports(head_dim):
                 found["bwd"].append(sm90_bwd_config(head_dim, dtype, *window))
-    exact_bwd = [b for b in buckets if sm90_bwd_supports(b) and sm90_bwd_config(b, dtypes[0]).exact_head_dim]
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
-        if bucket in exact_bwd:
+        if sm90_bwd_supports(bucket):
             found["bwd-deterministic"].append(sm90_bwd_config(bucket, dtype, *window, deterministic=True))
     for variant in ("packed", "softcap", "alibi"):
         for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
             found[f"fwd-{variant}"].append(sm90_fwd_config(bucket, dtype, *window, **{variant: True}))
-            if bucket in exact_bwd:
+            if sm90_bwd_supports(bucket):
                 found[f"bwd-{variant}"].append(sm90_bwd_config(bucket, dtype, *window, **{variant: True}))
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):  # a sink changes the forward alone
         found["fwd-sink"].append(sm90_fwd_config(bucket, dtype, *window, sink=True))
@@ -206,8 +204,8 @@ def backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, D): the preprocess D = rowsum(dO * O), dQaccum zeroed and LSE * log2(e) (+inf where a row saw
     no key), D and LSE padded to whole Q tiles, which the kernel bulk-copies a tile at a time (D (batch, nheads,
-    rows >= seqlen_q), 0 past seqlen_q); the Hopper kernel, which adds dQ by TMA reduce-adds of whole tiles and
-    applies softmax_scale; the postprocess casts dQ. ``packed_args``: a packed variable-length batch's
+    rows >= seqlen_q), 0 past seqlen_q); the Hopper kernel, which adds dQ by TMA reduce-adds of whole tiles; the
+    postprocess scales dQ by softmax_scale and casts it. ``packed_args``: a packed variable-length batch's
     (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in the rows of
     PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written). ``softcap`` >
     0: the forward capped the scores by it; ``alibi``: (batch, nheads) float32 slopes it biased them with;
@@ -239,7 +237,7 @@ def backward(
         )
     after = (*(packed_args or DENSE), softcap if capped else None, alibi, counters)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
-    prepost.postprocess(dq_accum, dq, 1.0)  # the kernel has applied softmax_scale
+    prepost.postprocess(dq_accum, dq, softmax_scale)
     return dq, dk, dv, delta
 
 
