@@ -21,7 +21,8 @@ from flashcute.kernels.common.prepost_config import (
 from flashcute.kernels.sm80.config import fwd_config
 from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
 from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
-from flashcute.kernels.sm90.config import SMEM_BYTES, Sm90BwdConfig, sm90_bwd_config, sm90_bwd_supports, sm90_fwd_config
+from flashcute.kernels.sm90.bwd_wide import FlashAttentionBackwardSm90Wide
+from flashcute.kernels.sm90.config import SMEM_BYTES, Sm90BwdConfig, sm90_bwd_config, sm90_fwd_config
 from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 from flashcute.kernels.variants import alternative_tile_variants
 
@@ -170,24 +171,26 @@ def test_bwd_prepost_kernels_refuse_what_the_copy_cannot_tile():
 
 @pytest.mark.parametrize("config", SM90["sm90-bwd"], ids=str)
 def test_every_sm90_bwd_config_fits_sm90a(config: Sm90BwdConfig):
-    assert FlashAttentionBackwardSm90.can_implement(config, "sm_90a") is None
+    kernel = FlashAttentionBackwardSm90Wide if config.wide else FlashAttentionBackwardSm90
+    assert kernel.can_implement(config, "sm_90a") is None
     assert config.smem_bytes() <= SMEM_BYTES
-    assert config.num_threads == 384  # a producer warpgroup and two consumer warpgroups of 64 key rows
+    assert config.num_threads == 384  # a producer warpgroup and two consumer warpgroups
     # dQ is split between the two warpgroups by rows (128-row Q tiles) or by the head dim (64-row ones)
     assert config.dq_split_rows == (config.block_m == 128)
+    assert config.wide == (config.head_dim_padded > 128)
 
 
 def test_sm90_bwd_head_dims():
-    assert [d for d in range(8, 257, 8) if sm90_bwd_supports(d)] == [*range(8, 129, 8)]
-    for head_dim, padded in ((8, 32), (40, 64), (72, 96), (120, 128)):
+    for head_dim, padded in ((8, 32), (40, 64), (72, 96), (120, 128), (136, 192), (200, 256)):
         assert sm90_bwd_config(head_dim, "float16").head_dim_padded == padded
         assert not sm90_bwd_config(head_dim, "float16").exact_head_dim
-    for head_dim in (32, 64, 96, 128):
+    for head_dim in (32, 64, 96, 128, 192, 256):
         assert sm90_bwd_config(head_dim, "float16").exact_head_dim
     # D=96 splits dQ's head dim 48 + 48, in K's 16-column swizzle atoms
     assert sm90_bwd_config(96, "bfloat16").dq_split_rows is False
-    with pytest.raises(ValueError, match="head dim 256"):
-        sm90_bwd_config(256, "float16")
+    # over 128 the queries are rows: 64 of them against 64 keys; D=256 keeps one Q/dO stage for its dQ tile
+    assert [sm90_bwd_config(d, "bfloat16").num_stages for d in (128, 192, 256)] == [2, 2, 1]
+    assert all(sm90_bwd_config(d, "float16").wide for d in (136, 192, 200, 256))
 
 
 def test_sm90_bwd_refuses_other_targets_and_bad_tiles():
@@ -203,6 +206,15 @@ def test_sm90_bwd_refuses_other_targets_and_bad_tiles():
         assert "is over 128" in FlashAttentionBackwardSm90.can_implement(other, "sm_90a")
     big = dataclasses.replace(config, block_m=128)
     assert "shared memory" in FlashAttentionBackwardSm90.can_implement(big, "sm_90a")
+
+
+def test_sm90_wide_bwd_refuses_other_targets_and_bad_tiles():
+    config = sm90_bwd_config(192, "bfloat16")
+    assert "sm_90a" in FlashAttentionBackwardSm90Wide.can_implement(config, "sm_80")
+    for fields, message in (({"block_n": 56}, "block_n=56"), ({"block_m": 128}, "block_m=128")):
+        assert message in FlashAttentionBackwardSm90Wide.can_implement(dataclasses.replace(config, **fields), "sm_90a")
+    big = dataclasses.replace(config, block_n=128)
+    assert "shared memory" in FlashAttentionBackwardSm90Wide.can_implement(big, "sm_90a")
 
 
 def test_sm80_heuristic_fits_the_targets_shared_memory():

@@ -26,8 +26,10 @@ def store_o(
     check_head_dim: cutlass.Constexpr[bool],
     barrier_threads: cutlass.Constexpr[int] = 0,
     barrier_id: cutlass.Constexpr[int] = 0,
+    sO_acc: cute.Tensor | None = None,
 ):
     """Write the (block_m, head_dim) tile of O; rows ``>= rows_left`` and columns ``>= head_dim`` stay unwritten.
+    ``sO_acc``: the view of sO's bytes that ``tiled_mma``'s accumulator tiles (sO transposed where it holds O^T).
 
     The caller has synchronised the threads that write, so nobody still reads the shared memory under sO. Between
     the shared-memory writes and reads, the whole thread block meets at a barrier, or with ``barrier_threads`` only
@@ -36,7 +38,8 @@ def store_o(
     rO = converted(acc_O, sO.element_type)
     smem_copy_atom_O = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), sO.element_type)
     smem_thr_copy_O = cute.make_tiled_copy_C(smem_copy_atom_O, tiled_mma).get_slice(tidx)
-    cute.copy(smem_thr_copy_O, smem_thr_copy_O.retile(rO), smem_thr_copy_O.partition_D(sO))
+    sO_regs = sO if cutlass.const_expr(sO_acc is None) else sO_acc
+    cute.copy(smem_thr_copy_O, smem_thr_copy_O.retile(rO), smem_thr_copy_O.partition_D(sO_regs))
     if cutlass.const_expr(barrier_threads == 0):
         cute.arch.sync_threads()
     else:

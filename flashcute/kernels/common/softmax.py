@@ -379,6 +379,16 @@ def d_rows(sD: cute.Tensor, tScS: cute.Tensor, rows_left: Int32) -> cute.Tensor:
 
 
 @cute.jit
+def smem_rows(sX: cute.Tensor, tScS: cute.Tensor) -> cute.Tensor:
+    """Backward: a (block_m,) shared-memory row statistic that the host padded (the Hopper backward's LSE * log2 e,
+    +inf where P must be 0, or D, 0 there) at each row of a score fragment whose (row, col) view is ``tScS``."""
+    rows = cute.make_rmem_tensor(cute.size(tScS, mode=[0]), Float32)
+    for r in cutlass.range_constexpr(cute.size(rows)):
+        rows[r] = sX[tScS[r, 0][0]]
+    return rows
+
+
+@cute.jit
 def softmax_grad(acc_P: cute.Tensor, acc_dP: cute.Tensor, d_row: cute.Tensor):
     """Backward, in place in acc_dP: dS = P * (dP - D), D = rowsum(dO * O) per row."""
     p_rc, dp_rc = acc_rows_cols(acc_P), acc_rows_cols(acc_dP)

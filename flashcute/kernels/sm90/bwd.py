@@ -57,7 +57,7 @@ from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad
 from flashcute.kernels.common.softmax import recompute_probs_t, softmax_grad_t
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, store_probs, transpose_view
-from flashcute.kernels.sm90.config import NUM_STAGES, Sm90BwdConfig
+from flashcute.kernels.sm90.config import Sm90BwdConfig
 
 PRODUCER_REGS = 24
 CONSUMER_REGS = 240
@@ -95,7 +95,7 @@ class FlashAttentionBackwardSm90:
         self.block_m = config.block_m
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
-        self.num_stages = NUM_STAGES
+        self.num_stages = config.num_stages
         # columns of the dQ tile one consumer warpgroup adds
         self.dq_cols = config.head_dim_padded if config.dq_split_rows else config.head_dim_padded // 2
 
@@ -118,6 +118,35 @@ class FlashAttentionBackwardSm90:
         return None
 
     # ---------------------------------------------------------------- host side: layouts, tensor maps, launch
+    def smem_layouts(self) -> tuple:
+        """Shared-memory layouts: Q's (also dO's), K's, V's, dS's, LSE's (also D's) and the dQ tile's."""
+        d, bm, bn, stages = self.head_dim_padded, self.block_m, self.block_n, self.num_stages
+        return (
+            tma.smem_layout(self.dtype, bm, d, stages),
+            # K's swizzle atoms no wider than a warpgroup's dQ columns, which its K^T view is split into (48 at D=96)
+            tma.smem_layout(self.dtype, bn, d, 1, atom_cols=self.dq_cols),
+            tma.smem_layout(self.dtype, bn, d, 1),
+            tma.smem_layout(self.dtype, bn, bm, stages),  # dS^T: key rows, query columns contiguous
+            cute.make_layout((bm, stages)),
+            # each consumer warpgroup's (64, dq_cols) part of the dQ tile, float32
+            tma.smem_layout(Float32, 64, self.dq_cols, 2),
+        )
+
+    def tiled_mmas(self) -> SimpleNamespace:
+        """The GEMMs of a step over the two consumer warpgroups: S^T and dP^T, dV and dK, dQ."""
+        d, bm = self.head_dim_padded, self.block_m
+        K, MN = OperandMajorMode.K, OperandMajorMode.MN
+        return SimpleNamespace(
+            # S^T and dP^T: (block_n, block_m), a warpgroup's 64 key rows each
+            sdp=_tiled_mma(self.dtype, K, K, (2, 1), bm),
+            # dV and dK: (block_n, head_dim), A = P^T or dS^T from registers, B = dO^T or Q^T (N-major views)
+            dkv=_tiled_mma(self.dtype, K, MN, (2, 1), d, a_in_registers=True),
+            # dQ: (block_m, head_dim), A = dS (a transposed view of dS^T), B = K^T (a transposed view of K)
+            dq=_tiled_mma(self.dtype, MN, MN, (2, 1), d)
+            if self.config.dq_split_rows
+            else _tiled_mma(self.dtype, MN, MN, (1, 2), d // 2),
+        )
+
     @cute.jit
     def __call__(
         self,
@@ -145,15 +174,8 @@ class FlashAttentionBackwardSm90:
         mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
         mSemaphore: cute.Tensor | None = None,  # (batch, nheads, Q tiles) int32, zeroed: with config.deterministic
     ):
-        d, bm, bn, stages = self.head_dim_padded, self.block_m, self.block_n, self.num_stages
-        sQ_layout = tma.smem_layout(self.dtype, bm, d, stages)  # also dO's
-        # K's swizzle atoms no wider than a warpgroup's dQ columns, which its K^T view is split into (48 at D=96)
-        sK_layout = tma.smem_layout(self.dtype, bn, d, 1, atom_cols=self.dq_cols)
-        sV_layout = tma.smem_layout(self.dtype, bn, d, 1)
-        sdS_layout = tma.smem_layout(self.dtype, bn, bm, stages)  # dS^T: key rows, query columns contiguous
-        sLSE_layout = cute.make_layout((bm, stages))  # also D's
-        # each consumer warpgroup's (64, dq_cols) part of the dQ tile, float32
-        sdQ_layout = tma.smem_layout(Float32, 64, self.dq_cols, 2)
+        d, bm, bn = self.head_dim_padded, self.block_m, self.block_n
+        sQ_layout, sK_layout, sV_layout, sdS_layout, sLSE_layout, sdQ_layout = self.smem_layouts()
 
         mQ_t, mK_t, mV_t, mdO_t = (tma.bshd_to_sdhb(t) for t in (mQ, mK, mV, mdO))
         load = cpasync.CopyBulkTensorTileG2SOp()
@@ -166,23 +188,13 @@ class FlashAttentionBackwardSm90:
         self.tx_bytes_q = tma.tx_bytes(self.dtype, sQ_layout) + bm * 4  # a Q (or dO) tile and its LSE (or D) row
         self.tx_bytes_kv = tma.tx_bytes(self.dtype, sK_layout) + tma.tx_bytes(self.dtype, sV_layout)
 
-        K, MN = OperandMajorMode.K, OperandMajorMode.MN
-        mmas = SimpleNamespace(
-            # S^T and dP^T: (block_n, block_m), a warpgroup's 64 key rows each
-            sdp=_tiled_mma(self.dtype, K, K, (2, 1), bm),
-            # dV and dK: (block_n, head_dim), A = P^T or dS^T from registers, B = dO^T or Q^T (N-major views)
-            dkv=_tiled_mma(self.dtype, K, MN, (2, 1), d, a_in_registers=True),
-            # dQ: (block_m, head_dim), A = dS (a transposed view of dS^T), B = K^T (a transposed view of K)
-            dq=_tiled_mma(self.dtype, MN, MN, (2, 1), d)
-            if cutlass.const_expr(self.config.dq_split_rows)
-            else _tiled_mma(self.dtype, MN, MN, (1, 2), d // 2),
-        )
+        mmas = self.tiled_mmas()
 
         @cute.struct
         class SharedStorage:
             mbar_kv: cute.struct.MemRange[cutlass.Int64, 2]
-            mbar_q: cute.struct.MemRange[cutlass.Int64, 2 * stages]
-            mbar_do: cute.struct.MemRange[cutlass.Int64, 2 * stages]
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
+            mbar_do: cute.struct.MemRange[cutlass.Int64, 2 * self.num_stages]
             sLSE: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sLSE_layout)], 128]
             sD: cute.struct.Align[cute.struct.MemRange[Float32, cute.cosize(sLSE_layout)], 128]
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
@@ -555,11 +567,7 @@ class FlashAttentionBackwardSm90:
             acc_dV=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((bn, d))),
             store_dS=store_dS,
             tdSsdS=store_dS.partition_D(smem.sdS),
-            # this warpgroup's dQ part: registers -> its (64, dq_cols) shared-memory tile (as a one-warpgroup MMA's C)
-            store_dQ=cute.make_tiled_copy_C(
-                cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), Float32, num_bits_per_copy=64),
-                _tiled_mma(self.dtype, OperandMajorMode.MN, OperandMajorMode.MN, (1, 1), self.dq_cols),
-            ).get_slice(tidx % 128),
+            store_dQ=self.store_dq_copy(tidx),
             sdQ=smem.sdQ[None, None, tidx // 128],
             alibi=mAlibi,  # with config.alibi
         )
@@ -567,23 +575,21 @@ class FlashAttentionBackwardSm90:
         mma.acc_dV.fill(0.0)
         mask = TransposedMask(tile_info, thr_sdp, tiled_mma_sdp.get_slice(0))  # also (key, query) of S^T elements
 
-        num_tiles = work.qheads_per_kvhead * work.num_m_blocks
-        if num_tiles > 0:
+        scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
+        step = partial(self.one_q_tile, smem, pipes, mma, mask, work, scale_log2, softcap_multiplier, softmax_scale)
+        self.walk(step, pipes, work, tile_info)
+        self.store_dk_dv(
+            mma.acc_dK, mma.acc_dV, mdK, mdV, smem, work, tiled_mma_dkv, tidx, softmax_scale, head_dim, False
+        )
+
+    @cute.jit
+    def walk(self, step, pipes: SimpleNamespace, work: SimpleNamespace, tile_info: TileInfo):
+        """``step(state, head_idx, m_block, masked)`` on every (query head, Q tile) of the walk, once K and V are
+        in: the masked Q tiles (the diagonal's, the window's edge, the seqlen_k tail) apart from the free ones."""
+        if work.qheads_per_kvhead * work.num_m_blocks > 0:
             pipes.kv.consumer_wait(pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1))
         free_start, free_end = tile_info.masked_m_runs(work.n_block, work.m_block_min, work.m_block_max)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
-        scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
-        step = partial(
-            self.one_q_tile,
-            smem,
-            pipes,
-            mma,
-            mask,
-            work,
-            scale_log2,
-            softcap_multiplier,
-            softmax_scale,
-        )
         for h in cutlass.range(work.qheads_per_kvhead, unroll=1):
             head_idx = work.first_head_idx + h
             for m_block in cutlass.range(work.m_block_min, free_start, unroll=1):
@@ -593,12 +599,29 @@ class FlashAttentionBackwardSm90:
             for m_block in cutlass.range(free_end, work.m_block_max, unroll=1):
                 state = step(state, head_idx, m_block, True)
 
-        # ---- step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes)
-        mma.acc_dK.store(mma.acc_dK.load() * softmax_scale)
+    @cute.jit
+    def store_dk_dv(
+        self,
+        acc_dK: cute.Tensor,
+        acc_dV: cute.Tensor,
+        mdK: cute.Tensor,
+        mdV: cute.Tensor,
+        smem: SimpleNamespace,
+        work: SimpleNamespace,
+        tiled_mma_dkv: cute.TiledMma,
+        tidx: Int32,
+        softmax_scale: Float32,
+        head_dim: Int32,
+        transposed: cutlass.Constexpr[bool],
+    ):
+        """Step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes).
+        ``transposed``: the accumulators hold dK^T and dV^T (head dim as rows)."""
+        d, bn = self.head_dim_padded, self.block_n
+        acc_dK.store(acc_dK.load() * softmax_scale)
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=CONSUMER_THREADS)  # done reading sK, sV
         rows_left = work.seq.seqlen_k - work.n_block * bn
         gmem_store = make_gmem_tiled_copy(self.dtype, d, CONSUMER_THREADS, False)
-        for acc, sX, mX in ((mma.acc_dK, smem.sK, mdK), (mma.acc_dV, smem.sV, mdV)):
+        for acc, sX, mX in ((acc_dK, smem.sK, mdK), (acc_dV, smem.sV, mdV)):
             gX = cute.local_tile(work.seq.rows_k(mX, work.kv_head_idx), (bn, d), (work.n_block, 0))
             store_o(
                 acc,
@@ -612,6 +635,7 @@ class FlashAttentionBackwardSm90:
                 not self.config.exact_head_dim,
                 CONSUMER_THREADS,
                 EPILOGUE_BARRIER,
+                transpose_view(sX)[None, None, 0] if cutlass.const_expr(transposed) else None,
             )
 
     @cute.jit
@@ -683,6 +707,14 @@ class FlashAttentionBackwardSm90:
         pipes.q.consumer_release(state)
         state.advance()
         return state
+
+    def store_dq_copy(self, tidx: Int32) -> cute.TiledCopy:
+        """Thread ``tidx``'s copy of its warpgroup's dQ part, registers -> its (64, dq_cols) shared-memory tile (as a
+        one-warpgroup MMA's C)."""
+        return cute.make_tiled_copy_C(
+            cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), Float32, num_bits_per_copy=64),
+            _tiled_mma(self.dtype, OperandMajorMode.MN, OperandMajorMode.MN, (1, 1), self.dq_cols),
+        ).get_slice(tidx % 128)
 
     @cute.jit
     def stage_dq(self, mma: SimpleNamespace, acc_dQ: cute.Tensor):

@@ -193,7 +193,7 @@ def sm90_fwd_config(
 class Sm90BwdConfig:
     """The Hopper backward kernel (kernels/sm90/bwd.py).
 
-    block_n rows of K/V per thread block, 64 per consumer warpgroup; block_m rows of Q per step, NUM_STAGES
+    block_n rows of K/V per thread block, 64 per consumer warpgroup; block_m rows of Q per step, num_stages
     shared-memory buffers of Q, dO, LSE and D (filled by TMA) and of dS. The dQ GEMM of a step is split between
     the two consumer warpgroups along its rows when block_m is 128, along the head dim when block_m is 64.
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
@@ -223,12 +223,23 @@ class Sm90BwdConfig:
     def label(self) -> str:
         """ "sm90bwd-bfloat16-d128-64x128s2-right" ("-dvlate": not dv_before_ds; "-det": deterministic)."""
         order = ("" if self.dv_before_ds else "-dvlate") + ("-det" if self.deterministic else "")
-        tiles = f"{self.block_m}x{self.block_n}s{NUM_STAGES}{order}"
+        tiles = f"{self.block_m}x{self.block_n}s{self.num_stages}{order}"
         return attention_label(self, "sm90bwd", tiles)
 
     @property
+    def num_stages(self) -> int:
+        """Shared-memory buffers of Q, dO, LSE and D (and of dS, P): at D=256 one, for the dQ tile to fit."""
+        return 1 if self.head_dim_padded > 192 else NUM_STAGES
+
+    @property
+    def wide(self) -> bool:
+        """Head dims over 128 run with the queries as rows and dK, dV transposed (kernels/sm90/bwd_wide.py): two
+        consumer warpgroups whatever block_n, which they split."""
+        return self.head_dim_padded > 128
+
+    @property
     def num_mma_warpgroups(self) -> int:
-        return self.block_n // 64
+        return 2 if self.wide else self.block_n // 64
 
     @property
     def num_threads(self) -> int:
@@ -241,28 +252,27 @@ class Sm90BwdConfig:
         return self.block_m == 64 * self.num_mma_warpgroups
 
     def smem_bytes(self) -> int:
-        """K and V tiles, NUM_STAGES Q, dO and dS tiles (2 bytes an element), NUM_STAGES LSE and D rows and a dQ
-        tile (4 bytes an element), and one KB for the mbarriers and alignment."""
-        d, stages = self.head_dim_padded, NUM_STAGES
-        tiles = 2 * (2 * self.block_n * d + stages * (2 * self.block_m * d + self.block_n * self.block_m))
+        """K and V tiles, num_stages Q and dO tiles, dS tiles (num_stages of them; when wide two of P and two of
+        dS; 2 bytes an element), num_stages LSE and D rows and a dQ tile (4 bytes an element), and one KB for the
+        mbarriers and alignment."""
+        d, stages = self.head_dim_padded, self.num_stages
+        score_tiles = 4 if self.wide else stages
+        tiles = 2 * (2 * self.block_n * d + stages * 2 * self.block_m * d + score_tiles * self.block_n * self.block_m)
         return tiles + 4 * (2 * stages * self.block_m + self.block_m * d) + 1024
 
 
-def _backward_tiles(bucket: int) -> tuple[int, int] | None:
-    """(block_m, block_n): FlashAttention-3's H100 shapes (docs/tuning-sm90.md, Backward tiles); None where the
-    family has no backward (the registry's next family takes it)."""
+def _backward_tiles(bucket: int) -> tuple[int, int]:
+    """(block_m, block_n) of a head-dim bucket (docs/tuning-sm90.md, Backward tiles; over 128, Backward at D=192
+    and D=256)."""
     if bucket <= 64:
         return (128, 128)  # at 32 and 64 the Q tile can be 128 rows
     if bucket == 96:
         return (64, 128)  # FlashAttention-3's D=96 tile; dQ's head dim split 48 + 48 (K in 16-column swizzle atoms)
     if bucket == 128:
         return (64, 128)  # keeps dV, dK, S and dP of 64 key rows in a warpgroup's 240 registers
-    return None
-
-
-def sm90_bwd_supports(head_dim: int) -> bool:
-    """Whether the Hopper backward has a configuration for this head dim."""
-    return _backward_tiles(head_dim_bucket(head_dim)) is not None
+    if bucket == 192:
+        return (64, 64)  # dK^T and dV^T of 192 x 32 a warpgroup; two Q/dO stages and the dQ tile fit in 227 KB
+    return (64, 64)  # D=256: dK^T and dV^T of 256 x 32 a warpgroup; one Q/dO stage beside the 64 KB dQ tile
 
 
 @functools.cache
@@ -280,8 +290,6 @@ def sm90_bwd_config(
     sm90_fwd_config; ``deterministic``: dQ added in a fixed order)."""
     bucket = head_dim_bucket(head_dim)
     tiles = _backward_tiles(bucket)
-    if tiles is None:
-        raise ValueError(f"the Hopper backward has no tiles for head dim {head_dim}")
     mask_right, mask_left = masks(window_left, window_right)
     return Sm90BwdConfig(
         dtype=dtype,

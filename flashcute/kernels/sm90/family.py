@@ -3,8 +3,8 @@
 What its kernels need of the tensors beyond the shared validation: layouts a TMA tensor map can describe
 (tma_addressable), a tile counter for the persistent forward (one per stream, left zeroed by the kernel), and for
 the backward LSE * log2(e) and D padded to whole Q tiles, which it bulk-copies a tile at a time, and in the
-deterministic mode a zeroed counter per Q tile. The backward covers head dims up to 128: supports_backward says
-so, and the registry's next family takes the rest.
+deterministic mode a zeroed counter per Q tile. The backward covers every head dim where v's is q's:
+supports_backward says so, and the registry's next family takes the rest.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from flashcute.kernels.sm90.config import (
     Sm90BwdConfig,
     Sm90FwdConfig,
     sm90_bwd_config,
-    sm90_bwd_supports,
     sm90_fwd_config,
 )
 
@@ -60,10 +59,11 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
         after = optional_arguments(p, config)
         return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1), after=after)
     from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
+    from flashcute.kernels.sm90.bwd_wide import FlashAttentionBackwardSm90Wide
 
     stats = (p.padded_row_stats(), p.padded_row_stats())
     tensors = (p.q_like(), p.kv_like(), p.kv_like(), p.q_like(), *stats, p.q_like(cutlass.Float32))
-    kernel = FlashAttentionBackwardSm90(config)
+    kernel = (FlashAttentionBackwardSm90Wide if config.wide else FlashAttentionBackwardSm90)(config)
     after = optional_arguments(p, config, p.q_tile_counters() if config.deterministic else None)
     return compile_kernel(kernel, config, arch, dump_dir, *tensors, p.kv_like(), p.kv_like(), after=after)
 
@@ -79,16 +79,13 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
         for head_dim in (bucket,) if exact_only else (bucket, bucket - 8):
             found["fwd"].append(sm90_fwd_config(head_dim, dtype, *window))
-            if sm90_bwd_supports(head_dim):
-                found["bwd"].append(sm90_bwd_config(head_dim, dtype, *window))
+            found["bwd"].append(sm90_bwd_config(head_dim, dtype, *window))
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
-        if sm90_bwd_supports(bucket):
-            found["bwd-deterministic"].append(sm90_bwd_config(bucket, dtype, *window, deterministic=True))
+        found["bwd-deterministic"].append(sm90_bwd_config(bucket, dtype, *window, deterministic=True))
     for variant in ("packed", "softcap", "alibi"):
         for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
             found[f"fwd-{variant}"].append(sm90_fwd_config(bucket, dtype, *window, **{variant: True}))
-            if sm90_bwd_supports(bucket):
-                found[f"bwd-{variant}"].append(sm90_bwd_config(bucket, dtype, *window, **{variant: True}))
+            found[f"bwd-{variant}"].append(sm90_bwd_config(bucket, dtype, *window, **{variant: True}))
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):  # a sink changes the forward alone
         found["fwd-sink"].append(sm90_fwd_config(bucket, dtype, *window, sink=True))
     for dtype, (head_dim, head_dim_v), window in itertools.product(dtypes, VALUE_HEAD_DIMS, masks):
@@ -182,8 +179,8 @@ def supports_forward(head_dim: int, head_dim_v: int) -> bool:
 
 
 def supports_backward(head_dim: int, deterministic: bool, packed: bool, head_dim_v: int | None = None) -> bool:
-    """Whether the Hopper backward covers the call: its head dims, v's head dim only where it is q's."""
-    return head_dim_v in (None, head_dim) and sm90_bwd_supports(head_dim)
+    """Whether the Hopper backward covers the call: every head dim, v's only where it is q's."""
+    return head_dim_v in (None, head_dim)
 
 
 def backward(
