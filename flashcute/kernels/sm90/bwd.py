@@ -89,6 +89,8 @@ def _tiled_mma(dtype, a_major, b_major, atoms_mn: tuple[int, int], atom_n: int, 
 class FlashAttentionBackwardSm90:
     """dK, dV (and dQ through TMA reduce-adds) on Hopper. Construct from a Sm90BwdConfig; compile for sm_90a."""
 
+    DKV_TRANSPOSED = False  # the dK and dV accumulators are (block_n, head_dim)
+
     def __init__(self, config: Sm90BwdConfig):
         self.config = config
         self.dtype = CUTLASS_DTYPES[config.dtype]
@@ -530,57 +532,67 @@ class FlashAttentionBackwardSm90:
         tiled_mma_dq: cute.TiledMma,
     ):
         """Every (query head, Q tile) of the walk against this thread block's K/V tile, then dK and dV out."""
-        d, bm, bn = self.head_dim_padded, self.block_m, self.block_n
         tidx = cute.arch.thread_idx()[0] - 128  # 0 .. 255 over the two consumer warpgroups
-        thr_sdp = tiled_mma_sdp.get_slice(tidx)
-        thr_dkv = tiled_mma_dkv.get_slice(tidx)
-        thr_dq = tiled_mma_dq.get_slice(tidx)
+        tiled = {"sdp": tiled_mma_sdp, "dkv": tiled_mma_dkv, "dq": tiled_mma_dq}
+        thr = SimpleNamespace(**{name: t.get_slice(tidx) for name, t in tiled.items()})
         # Shared-memory operands are sliced by warpgroup, through an index the compiler knows to be warp-uniform:
         # sliced by thread, their descriptors were computed in ordinary registers and moved to uniform ones
         # before every wgmma (118 R2UR a main-loop step at d128).
         wg_first = (cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4 - 1) * 128
-        wg_sdp, wg_dkv, wg_dq = (t.get_slice(wg_first) for t in (tiled_mma_sdp, tiled_mma_dkv, tiled_mma_dq))
-        sQt, sdOt, sKt = (transpose_view(s) for s in (smem.sQ, smem.sdO, smem.sK))  # (D, rows, stage)
-        sdS = transpose_view(smem.sdS)  # dS: (block_m, block_n, stage)
-        # dS^T to shared memory by stmatrix: four 8 x 8 tiles of 16-bit values an instruction
+        wg = SimpleNamespace(**{name: t.get_slice(wg_first) for name, t in tiled.items()})
+        # score-shaped tiles (dS^T, or P and dS) to shared memory by stmatrix: four 8 x 8 tiles of 16-bit values an
+        # instruction
         stmatrix = cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4)
-        store_dS = cute.make_tiled_copy_C(cute.make_copy_atom(stmatrix, self.dtype), tiled_mma_sdp)
-        store_dS = store_dS.get_slice(tidx)
+        store_scores = cute.make_tiled_copy_C(cute.make_copy_atom(stmatrix, self.dtype), tiled_mma_sdp)
+        store_scores = store_scores.get_slice(tidx)
         mma = SimpleNamespace(
             tiled_mma_sdp=tiled_mma_sdp,
             tiled_mma_dkv=tiled_mma_dkv,
             tiled_mma_dq=tiled_mma_dq,
-            thr_sdp=thr_sdp,
-            thr_dq=thr_dq,
-            # shared-memory descriptors of every GEMM operand (stage mode last) and the register A operands
-            tSrK=wg_sdp.make_fragment_A(wg_sdp.partition_A(smem.sK))[None, None, None, 0],
-            tSrQ=wg_sdp.make_fragment_B(wg_sdp.partition_B(smem.sQ)),
-            tdPrV=wg_sdp.make_fragment_A(wg_sdp.partition_A(smem.sV))[None, None, None, 0],
-            tdPrdO=wg_sdp.make_fragment_B(wg_sdp.partition_B(smem.sdO)),
-            tdVrP=thr_dkv.make_fragment_A(thr_dkv.partition_shape_A((bn, bm))),
-            tdKrdS=thr_dkv.make_fragment_A(thr_dkv.partition_shape_A((bn, bm))),
-            tdVrdOt=wg_dkv.make_fragment_B(wg_dkv.partition_B(sdOt)),
-            tdKrQt=wg_dkv.make_fragment_B(wg_dkv.partition_B(sQt)),
-            tdQrdS=wg_dq.make_fragment_A(wg_dq.partition_A(sdS)),
-            tdQrKt=wg_dq.make_fragment_B(wg_dq.partition_B(sKt))[None, None, None, 0],
-            acc_dK=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((bn, d))),
-            acc_dV=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((bn, d))),
-            store_dS=store_dS,
-            tdSsdS=store_dS.partition_D(smem.sdS),
+            thr_sdp=thr.sdp,
+            thr_dq=thr.dq,
+            store_scores=store_scores,
+            tScores=store_scores.partition_D(smem.sdS),
             store_dQ=self.store_dq_copy(tidx),
             sdQ=smem.sdQ[None, None, tidx // 128],
             alibi=mAlibi,  # with config.alibi
+            # shared-memory descriptors of every GEMM operand (stage mode last), register operands, dK's and dV's
+            # accumulators
+            **self.operands(smem, thr, wg),
         )
         mma.acc_dK.fill(0.0)
         mma.acc_dV.fill(0.0)
-        mask = TransposedMask(tile_info, thr_sdp, tiled_mma_sdp.get_slice(0))  # also (key, query) of S^T elements
+        mask = self.make_mask(tile_info, thr.sdp, tiled_mma_sdp.get_slice(0))
 
         scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
         step = partial(self.one_q_tile, smem, pipes, mma, mask, work, scale_log2, softcap_multiplier, softmax_scale)
         self.walk(step, pipes, work, tile_info)
-        self.store_dk_dv(
-            mma.acc_dK, mma.acc_dV, mdK, mdV, smem, work, tiled_mma_dkv, tidx, softmax_scale, head_dim, False
+        self.store_dk_dv(mma.acc_dK, mma.acc_dV, mdK, mdV, smem, work, tiled_mma_dkv, tidx, softmax_scale, head_dim)
+
+    def operands(self, smem: SimpleNamespace, thr: SimpleNamespace, wg: SimpleNamespace) -> dict:
+        """The step's GEMM operands (by thread ``thr`` and warpgroup ``wg`` slices of the tiled MMAs) and dK's and
+        dV's accumulators."""
+        d, bm, bn = self.head_dim_padded, self.block_m, self.block_n
+        sQt, sdOt, sKt = (transpose_view(s) for s in (smem.sQ, smem.sdO, smem.sK))  # (D, rows, stage)
+        sdS = transpose_view(smem.sdS)  # dS: (block_m, block_n, stage)
+        return dict(
+            tSrK=wg.sdp.make_fragment_A(wg.sdp.partition_A(smem.sK))[None, None, None, 0],
+            tSrQ=wg.sdp.make_fragment_B(wg.sdp.partition_B(smem.sQ)),
+            tdPrV=wg.sdp.make_fragment_A(wg.sdp.partition_A(smem.sV))[None, None, None, 0],
+            tdPrdO=wg.sdp.make_fragment_B(wg.sdp.partition_B(smem.sdO)),
+            tdVrP=thr.dkv.make_fragment_A(thr.dkv.partition_shape_A((bn, bm))),
+            tdKrdS=thr.dkv.make_fragment_A(thr.dkv.partition_shape_A((bn, bm))),
+            tdVrdOt=wg.dkv.make_fragment_B(wg.dkv.partition_B(sdOt)),
+            tdKrQt=wg.dkv.make_fragment_B(wg.dkv.partition_B(sQt)),
+            tdQrdS=wg.dq.make_fragment_A(wg.dq.partition_A(sdS)),
+            tdQrKt=wg.dq.make_fragment_B(wg.dq.partition_B(sKt))[None, None, None, 0],
+            acc_dK=thr.dkv.make_fragment_C(thr.dkv.partition_shape_C((bn, d))),
+            acc_dV=thr.dkv.make_fragment_C(thr.dkv.partition_shape_C((bn, d))),
         )
+
+    def make_mask(self, tile_info: TileInfo, thr_sdp, thr0_sdp) -> TransposedMask:
+        """The mask of S^T's tiles, also the (key, query) coordinates of its elements."""
+        return TransposedMask(tile_info, thr_sdp, thr0_sdp)
 
     @cute.jit
     def walk(self, step, pipes: SimpleNamespace, work: SimpleNamespace, tile_info: TileInfo):
@@ -612,10 +624,9 @@ class FlashAttentionBackwardSm90:
         tidx: Int32,
         softmax_scale: Float32,
         head_dim: Int32,
-        transposed: cutlass.Constexpr[bool],
     ):
-        """Step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes).
-        ``transposed``: the accumulators hold dK^T and dV^T (head dim as rows)."""
+        """Step 7: dK *= softmax_scale; dK and dV leave through shared memory (sK's and sV's bytes); where
+        DKV_TRANSPOSED, the accumulators hold dK^T and dV^T (head dim as rows)."""
         d, bn = self.head_dim_padded, self.block_n
         acc_dK.store(acc_dK.load() * softmax_scale)
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=CONSUMER_THREADS)  # done reading sK, sV
@@ -635,7 +646,7 @@ class FlashAttentionBackwardSm90:
                 not self.config.exact_head_dim,
                 CONSUMER_THREADS,
                 EPILOGUE_BARRIER,
-                transpose_view(sX)[None, None, 0] if cutlass.const_expr(transposed) else None,
+                transpose_view(sX)[None, None, 0] if cutlass.const_expr(self.DKV_TRANSPOSED) else None,
             )
 
     @cute.jit
@@ -692,7 +703,7 @@ class FlashAttentionBackwardSm90:
             gemm(mma.tiled_mma_dkv, mma.acc_dV, mma.tdVrP, mma.tdVrdOt[None, None, None, stage], False, -1)
             gemm(mma.tiled_mma_dkv, mma.acc_dK, mma.tdKrdS, mma.tdKrQt[None, None, None, stage], False, -1)
         rdS = cute.make_tensor(mma.tdKrdS.iterator, acc_dP.layout)
-        cute.copy(mma.store_dS, mma.store_dS.retile(rdS), mma.tdSsdS[None, None, None, stage])
+        cute.copy(mma.store_scores, mma.store_scores.retile(rdS), mma.tScores[None, None, None, stage])
         cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to wgmma
         cute.arch.barrier(barrier_id=DS_BARRIER, number_of_threads=CONSUMER_THREADS)  # both halves of dS^T
         acc_dQ = mma.thr_dq.make_fragment_C(mma.thr_dq.partition_shape_C((bm, d)))

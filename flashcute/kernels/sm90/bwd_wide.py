@@ -31,7 +31,7 @@ from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.layout import store_converted
 from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import AttentionMask
-from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad, softcap_grad_kept, softcap_scales
+from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad, softcap_grad_kept
 from flashcute.kernels.common.softmax import recompute_probs, smem_rows, softmax_grad
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, transpose_view
@@ -42,6 +42,8 @@ from flashcute.kernels.sm90.config import Sm90BwdConfig
 class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
     """dK, dV (and dQ through TMA reduce-adds) on Hopper at head dims over 128. Construct from a Sm90BwdConfig;
     compile for sm_90a."""
+
+    DKV_TRANSPOSED = True  # the dK and dV accumulators are (head_dim, block_n)
 
     @staticmethod
     def can_implement(config: Sm90BwdConfig, arch: str) -> str | None:
@@ -65,9 +67,10 @@ class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
     def smem_layouts(self) -> tuple:
         """As the keys-as-rows kernel's, but the dS buffers hold two of P and two of dS (P of odd steps, of even,
         then dS's), each a (block_m, block_n) tile, keys contiguous: a warpgroup writes a step's P and dS while
-        the other may still read the step before's, whatever the number of Q stages."""
+        the other may still read the step before's, whatever the number of Q stages. Swizzle atoms as wide as a
+        warpgroup's keys, which the dV^T and dK^T MMAs partition their B operands into."""
         layouts = list(super().smem_layouts())
-        layouts[3] = tma.smem_layout(self.dtype, self.block_m, self.block_n, 4)
+        layouts[3] = tma.smem_layout(self.dtype, self.block_m, self.block_n, 4, atom_cols=self.block_n // 2)
         return tuple(layouts)
 
     def tiled_mmas(self) -> SimpleNamespace:
@@ -85,72 +88,28 @@ class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
         )
 
     # ---------------------------------------------------------------- steps 3 to 7: the consumer warpgroups
-    @cute.jit
-    def consume(
-        self,
-        mdK: cute.Tensor,
-        mdV: cute.Tensor,
-        smem: SimpleNamespace,
-        pipes: SimpleNamespace,
-        work: SimpleNamespace,
-        tile_info: TileInfo,
-        softmax_scale: Float32,
-        softcap: Float32 | None,
-        mAlibi: cute.Tensor | None,
-        head_dim: Int32,
-        tiled_mma_sdp: cute.TiledMma,
-        tiled_mma_dkv: cute.TiledMma,
-        tiled_mma_dq: cute.TiledMma,
-    ):
-        """Every (query head, Q tile) of the walk against this thread block's K/V tile, then dK and dV out."""
-        d, bn, stages = self.head_dim_padded, self.block_n, self.num_stages
-        tidx = cute.arch.thread_idx()[0] - 128  # 0 .. 255 over the two consumer warpgroups
-        thr_sdp = tiled_mma_sdp.get_slice(tidx)
-        thr_dkv = tiled_mma_dkv.get_slice(tidx)
-        thr_dq = tiled_mma_dq.get_slice(tidx)
-        # shared-memory operands sliced by warpgroup, through a warp-uniform index (FlashAttentionBackwardSm90)
-        wg_first = (cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4 - 1) * 128
-        wg_sdp, wg_dkv, wg_dq = (t.get_slice(wg_first) for t in (tiled_mma_sdp, tiled_mma_dkv, tiled_mma_dq))
+    def operands(self, smem: SimpleNamespace, thr: SimpleNamespace, wg: SimpleNamespace) -> dict:
+        """The step's GEMM operands, all from shared memory, and dK^T's and dV^T's accumulators (acc_dK, acc_dV)."""
+        d, bn = self.head_dim_padded, self.block_n
         sQt, sdOt, sKt = (transpose_view(s) for s in (smem.sQ, smem.sdO, smem.sK))  # (D, rows, stage)
         sPt = transpose_view(smem.sdS)  # P (two buffers) and dS (two): (block_n, block_m, 4)
-        # P and dS to shared memory by stmatrix: four 8 x 8 tiles of 16-bit values an instruction
-        stmatrix = cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4)
-        store_pds = cute.make_tiled_copy_C(cute.make_copy_atom(stmatrix, self.dtype), tiled_mma_sdp).get_slice(tidx)
-        mma = SimpleNamespace(
-            tiled_mma_sdp=tiled_mma_sdp,
-            tiled_mma_dkv=tiled_mma_dkv,
-            tiled_mma_dq=tiled_mma_dq,
-            thr_sdp=thr_sdp,
-            thr_dq=thr_dq,
-            # shared-memory descriptors of every GEMM operand (stage mode last)
-            tSrQ=wg_sdp.make_fragment_A(wg_sdp.partition_A(smem.sQ)),
-            tSrK=wg_sdp.make_fragment_B(wg_sdp.partition_B(smem.sK))[None, None, None, 0],
-            tdPrdO=wg_sdp.make_fragment_A(wg_sdp.partition_A(smem.sdO)),
-            tdPrV=wg_sdp.make_fragment_B(wg_sdp.partition_B(smem.sV))[None, None, None, 0],
-            tdVrdOt=wg_dkv.make_fragment_A(wg_dkv.partition_A(sdOt)),
-            tdKrQt=wg_dkv.make_fragment_A(wg_dkv.partition_A(sQt)),
-            tdKVrPdS=wg_dkv.make_fragment_B(wg_dkv.partition_B(sPt)),  # P at buffer b, dS at 2 + b
-            tdQrdS=wg_dq.make_fragment_A(wg_dq.partition_A(smem.sdS)),
-            tdQrKt=wg_dq.make_fragment_B(wg_dq.partition_B(sKt))[None, None, None, 0],
-            acc_dKt=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((d, bn))),
-            acc_dVt=thr_dkv.make_fragment_C(thr_dkv.partition_shape_C((d, bn))),
-            store_pds=store_pds,
-            tPsP=store_pds.partition_D(smem.sdS),
-            store_dQ=self.store_dq_copy(tidx),
-            sdQ=smem.sdQ[None, None, tidx // 128],
-            alibi=mAlibi,  # with config.alibi
-            stages=stages,
+        return dict(
+            tSrQ=wg.sdp.make_fragment_A(wg.sdp.partition_A(smem.sQ)),
+            tSrK=wg.sdp.make_fragment_B(wg.sdp.partition_B(smem.sK))[None, None, None, 0],
+            tdPrdO=wg.sdp.make_fragment_A(wg.sdp.partition_A(smem.sdO)),
+            tdPrV=wg.sdp.make_fragment_B(wg.sdp.partition_B(smem.sV))[None, None, None, 0],
+            tdVrdOt=wg.dkv.make_fragment_A(wg.dkv.partition_A(sdOt)),
+            tdKrQt=wg.dkv.make_fragment_A(wg.dkv.partition_A(sQt)),
+            tdKVrPdS=wg.dkv.make_fragment_B(wg.dkv.partition_B(sPt)),  # P at buffer b, dS at 2 + b
+            tdQrdS=wg.dq.make_fragment_A(wg.dq.partition_A(smem.sdS)),
+            tdQrKt=wg.dq.make_fragment_B(wg.dq.partition_B(sKt))[None, None, None, 0],
+            acc_dK=thr.dkv.make_fragment_C(thr.dkv.partition_shape_C((d, bn))),
+            acc_dV=thr.dkv.make_fragment_C(thr.dkv.partition_shape_C((d, bn))),
         )
-        mma.acc_dKt.fill(0.0)
-        mma.acc_dVt.fill(0.0)
-        mask = AttentionMask(tile_info, thr_sdp, tiled_mma_sdp.get_slice(0))  # also (query, key) of S elements
 
-        scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
-        step = partial(self.one_q_tile, smem, pipes, mma, mask, work, scale_log2, softcap_multiplier, softmax_scale)
-        self.walk(step, pipes, work, tile_info)
-        self.store_dk_dv(
-            mma.acc_dKt, mma.acc_dVt, mdK, mdV, smem, work, tiled_mma_dkv, tidx, softmax_scale, head_dim, True
-        )
+    def make_mask(self, tile_info: TileInfo, thr_sdp, thr0_sdp) -> AttentionMask:
+        """The mask of S's tiles, also the (query, key) coordinates of its elements."""
+        return AttentionMask(tile_info, thr_sdp, thr0_sdp)
 
     @cute.jit
     def one_q_tile(
@@ -172,7 +131,7 @@ class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
         bm, bn, d = self.block_m, self.block_n, self.head_dim_padded
         stage = state.index
         # P's and dS's buffers alternate step by step (with one stage, its phase does)
-        buffer = stage if cutlass.const_expr(mma.stages > 1) else state.phase
+        buffer = stage if cutlass.const_expr(self.num_stages > 1) else state.phase
         # step 3: S = Q K^T, then dP = dO V^T, both in flight while softmax waits for S
         acc_S = mma.thr_sdp.make_fragment_C(mma.thr_sdp.partition_shape_C((bm, bn)))
         acc_dP = mma.thr_sdp.make_fragment_C(mma.thr_sdp.partition_shape_C((bm, bn)))
@@ -201,7 +160,7 @@ class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
         for acc, b in ((acc_S, buffer), (acc_dP, 2 + buffer)):
             rX = cute.make_fragment_like(acc, self.dtype)
             store_converted(acc, rX)
-            cute.copy(mma.store_pds, mma.store_pds.retile(rX), mma.tPsP[None, None, None, b])
+            cute.copy(mma.store_scores, mma.store_scores.retile(rX), mma.tScores[None, None, None, b])
         cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to wgmma
         cute.arch.barrier(barrier_id=DS_BARRIER, number_of_threads=CONSUMER_THREADS)  # both halves of P and dS
         acc_dQ = mma.thr_dq.make_fragment_C(mma.thr_dq.partition_shape_C((bm, d)))
@@ -209,17 +168,17 @@ class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
         dkv = partial(gemm, mma.tiled_mma_dkv)
         dO_t, Q_t = mma.tdVrdOt[None, None, None, stage], mma.tdKrQt[None, None, None, stage]
         P, dS = mma.tdKVrPdS[None, None, None, buffer], mma.tdKVrPdS[None, None, None, 2 + buffer]
-        if cutlass.const_expr(mma.stages > 1):  # dQ first: it goes to shared memory while dV's and dK's MMAs run
+        if cutlass.const_expr(self.num_stages > 1):  # dQ first: it goes to shared memory while dV's and dK's MMAs run
             dq(-1)
-            dkv(mma.acc_dVt, dO_t, P, False, -1)
-            dkv(mma.acc_dKt, Q_t, dS, False, 2)  # dQ's is done
+            dkv(mma.acc_dV, dO_t, P, False, -1)
+            dkv(mma.acc_dK, Q_t, dS, False, 2)  # dQ's is done
             self.stage_dq(mma, acc_dQ)
             warpgroup.wait_group(0)  # dV is done with dO, dK with Q
             pipes.do.consumer_release(state)
             pipes.q.consumer_release(state)
         else:  # one stage: dV's and dK's first, so that the next Q and dO load while dQ's MMA runs and leaves
-            dkv(mma.acc_dVt, dO_t, P, False, -1)
-            dkv(mma.acc_dKt, Q_t, dS, False, -1)
+            dkv(mma.acc_dV, dO_t, P, False, -1)
+            dkv(mma.acc_dK, Q_t, dS, False, -1)
             dq(1)  # dV and dK are done with dO and Q
             pipes.do.consumer_release(state)
             pipes.q.consumer_release(state)
