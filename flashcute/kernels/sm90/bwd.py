@@ -101,22 +101,25 @@ class FlashAttentionBackwardSm90:
         # columns of the dQ tile one consumer warpgroup adds
         self.dq_cols = config.head_dim_padded if config.dq_split_rows else config.head_dim_padded // 2
 
-    @staticmethod
-    def can_implement(config: Sm90BwdConfig, arch: str) -> str | None:
+    @classmethod
+    def can_implement(cls, config: Sm90BwdConfig, arch: str) -> str | None:
         """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
         if arch != "sm_90a":
             return f"the sm90 backward needs TMA and wgmma: target sm_90a, not {arch}"
-        reason = dtype_limits(config)
-        if reason is not None:
-            return reason
+        reason = dtype_limits(config) or cls.tile_reason(config)
+        if reason is None and config.smem_bytes() > MAX_SMEM_BYTES[arch]:
+            reason = f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {MAX_SMEM_BYTES[arch]}"
+        return reason
+
+    @staticmethod
+    def tile_reason(config: Sm90BwdConfig) -> str | None:
+        """Why the kernel cannot take ``config``'s tiles and head dim, or None."""
         if config.block_n != 128:
             return f"block_n={config.block_n} is not 128 (two consumer warpgroups of 64 key rows)"
         if config.block_m not in (64, 128):
             return f"block_m={config.block_m} is not 64 or 128"
         if config.head_dim_padded > 128:
             return f"head_dim_padded={config.head_dim_padded} is over 128 (the register budget of dK and dV)"
-        if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
-            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {MAX_SMEM_BYTES[arch]}"
         return None
 
     # ---------------------------------------------------------------- host side: layouts, tensor maps, launch

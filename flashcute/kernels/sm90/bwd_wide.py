@@ -29,7 +29,6 @@ from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
 from flashcute.kernels.common import tma
 from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.layout import store_converted
-from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import AttentionMask
 from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad, softcap_grad_kept
 from flashcute.kernels.common.softmax import recompute_probs, smem_rows, softmax_grad
@@ -46,21 +45,14 @@ class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
     DKV_TRANSPOSED = True  # the dK and dV accumulators are (head_dim, block_n)
 
     @staticmethod
-    def can_implement(config: Sm90BwdConfig, arch: str) -> str | None:
-        """None if the kernel can be built for ``config`` on target ``arch``, else the reason it cannot."""
-        if arch != "sm_90a":
-            return f"the sm90 backward needs TMA and wgmma: target sm_90a, not {arch}"
-        reason = dtype_limits(config)
-        if reason is not None:
-            return reason
+    def tile_reason(config: Sm90BwdConfig) -> str | None:
+        """Why the kernel cannot take ``config``'s tiles and head dim, or None."""
         if config.block_m != 64:
             return f"block_m={config.block_m} is not 64 (one row of warpgroup tiles for S and dP)"
         if config.block_n % 32 != 0:
             return f"block_n={config.block_n} is not a multiple of 32 (a warpgroup's keys, by 16-column stmatrix)"
         if config.head_dim_padded % 64 != 0:
             return f"head_dim_padded={config.head_dim_padded} is not a multiple of 64 (wgmma tiles of dK^T and dV^T)"
-        if config.smem_bytes() > MAX_SMEM_BYTES[arch]:
-            return f"needs {config.smem_bytes()} bytes of shared memory, over {arch}'s {MAX_SMEM_BYTES[arch]}"
         return None
 
     # ---------------------------------------------------------------- host side: layouts and GEMMs
