@@ -45,9 +45,9 @@ def recorded_launches(monkeypatch, module) -> list:
     return launches
 
 
-def tensors():
-    q = torch.randn(BATCH, SEQLEN_Q, NHEADS, HEAD_DIM, dtype=torch.bfloat16)
-    k, v = (torch.randn(BATCH, SEQLEN_K, NHEADS_K, HEAD_DIM, dtype=torch.bfloat16) for _ in "kv")
+def tensors(head_dim: int = HEAD_DIM):
+    q = torch.randn(BATCH, SEQLEN_Q, NHEADS, head_dim, dtype=torch.bfloat16)
+    k, v = (torch.randn(BATCH, SEQLEN_K, NHEADS_K, head_dim, dtype=torch.bfloat16) for _ in "kv")
     out, dout = torch.randn_like(q), torch.randn_like(q)
     return dout, q, k, v, out, torch.randn(BATCH, NHEADS, SEQLEN_Q)
 
@@ -79,17 +79,20 @@ def test_hopper_backward_launches(monkeypatch, softcap, alibi):
     assert post[0] is dq_accum and post[1] is dq and post[2] == SCALE and dq.shape == q.shape
 
 
-def test_deterministic_hopper_backward_takes_zeroed_q_tile_counters(monkeypatch):
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_deterministic_hopper_backward_takes_zeroed_q_tile_counters(monkeypatch, head_dim):
     """The deterministic Hopper backward: the same launches, its kernel's config deterministic, and behind every
-    optional argument (None where not given) an int32 counter per (batch, head, Q tile), zeroed."""
+    optional argument (None where not given) an int32 counter per (batch, head, Q tile), zeroed; Q tiles of 128
+    rows at D=64, of 64 at D=256 (queries as rows)."""
     launches = recorded_launches(monkeypatch, sm90)
-    dout, q, k, v, out, lse = tensors()
+    dout, q, k, v, out, lse = tensors(head_dim)
     sm90.backward(dout, q, k, v, out, lse, SCALE, DIAG, *WINDOW, True)
-    config = sm90_bwd_config(HEAD_DIM, "bfloat16", *WINDOW, deterministic=True)
+    config = sm90_bwd_config(head_dim, "bfloat16", *WINDOW, deterministic=True)
+    assert config.block_m == (128 if head_dim == 64 else 64)
     assert [c for c, _ in launches] == [
-        bwd_pre_config(HEAD_DIM, "bfloat16", lse_log2=True),
+        bwd_pre_config(head_dim, "bfloat16", lse_log2=True),
         config,
-        bwd_post_config(HEAD_DIM, "bfloat16"),
+        bwd_post_config(head_dim, "bfloat16"),
     ]
     main = launches[1][1]
     assert main[9:-1] == (SCALE, DIAG, *WINDOW, *DENSE, None, None)
