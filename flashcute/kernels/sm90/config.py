@@ -191,11 +191,12 @@ def sm90_fwd_config(
 
 @dataclass(frozen=True)
 class Sm90BwdConfig:
-    """The Hopper backward kernel (kernels/sm90/bwd.py).
+    """The Hopper backward kernels (kernels/sm90/bwd.py; over head dim 128, kernels/sm90/bwd_wide.py: ``wide``).
 
-    block_n rows of K/V per thread block, 64 per consumer warpgroup; block_m rows of Q per step, num_stages
-    shared-memory buffers of Q, dO, LSE and D (filled by TMA) and of dS. The dQ GEMM of a step is split between
-    the two consumer warpgroups along its rows when block_m is 128, along the head dim when block_m is 64.
+    block_n rows of K/V per thread block, split between two consumer warpgroups (64 key rows each, or when wide
+    half of S's key columns each); block_m rows of Q per step, num_stages shared-memory buffers of Q, dO, LSE and D
+    (filled by TMA) and of dS. The dQ GEMM of a step is split between the two consumer warpgroups along its rows
+    when block_m is 128, along the head dim when block_m is 64.
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
     softcap: the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py).
     alibi: the scores take the ALiBi bias (kernels/common/alibi.py).
@@ -203,7 +204,8 @@ class Sm90BwdConfig:
     the same bit for bit from run to run.
     dv_before_ds: dV's MMA is issued as soon as P^T is in registers and runs while dS^T is computed, and dK's runs
     while dQ goes to shared memory; else dV's and dK's are issued together once dS^T is in registers, and dQ waits
-    for both (P^T's registers are then free while dS^T is computed).
+    for both (P^T's registers are then free while dS^T is computed). The keys-as-rows kernel's only: the wide one
+    orders its MMAs by num_stages.
     """
 
     dtype: str
