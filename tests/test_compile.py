@@ -115,7 +115,7 @@ def representative() -> list[tuple[object, str]]:
             padded = bucket == PADDED_BUCKET and draw // len(HEAD_DIM_BUCKETS) % 2 == 1  # as in the full matrix
             draw += 1
             configs = family.variants(arch, (dtype,), (bucket,), (window,), False)[kind]  # [exact, padded]
-            if configs:  # a kind may not cover every bucket (the Hopper backward)
+            if configs:  # a kind may not cover every bucket (v's own head dim: the pairs models use)
                 variants.append((configs[-1] if padded else configs[0], arch))
     prepost = registry.variants("sm_80", exact_only=True)["prepost"]
     for i, bucket in enumerate(HEAD_DIM_BUCKETS):
