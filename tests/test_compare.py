@@ -125,18 +125,23 @@ def base_interface(this_tree):
         del sys.modules[name]
 
 
-@pytest.mark.parametrize("pass_", ["fwd", "bwd"])
-def test_run_on_the_cpu_prints_each_point_and_the_spread(this_tree, base_interface, monkeypatch, capsys, pass_):
+@pytest.mark.parametrize(("pass_", "deterministic"), [("fwd", False), ("bwd", False), ("bwd", True)])
+def test_run_on_the_cpu_prints_each_point_and_the_spread(
+    this_tree, base_interface, monkeypatch, capsys, pass_, deterministic
+):
     """The whole of `compare run` on CPU inputs, each tree's flash_attn_func a stand-in that takes 1 ms a call in
-    this tree and 1.1 ms in the earlier one, the reference 2 ms: new/base reads 1.1 at every point."""
+    this tree and 1.1 ms in the earlier one, the reference 2 ms: new/base reads 1.1 at every point. With
+    --deterministic both trees, not the reference, are called with deterministic=True."""
     from flashcute import interface
 
     out = this_tree
     ran: list[str] = []
+    modes: set[tuple[str, bool]] = set()
 
     def stand_in(tree: str):
-        def flash_attn_func(q, k, v, causal: bool, kernel: str):
+        def flash_attn_func(q, k, v, causal: bool, kernel: str, deterministic: bool = False):
             ran.append(f"{tree} {kernel}")
+            modes.add((tree, deterministic))
             return attention_same_precision(q, k, v, causal=causal)
 
         return flash_attn_func
@@ -168,13 +173,16 @@ def test_run_on_the_cpu_prints_each_point_and_the_spread(this_tree, base_interfa
         "2",
     ]
     flags = ["--kernel", "sm80", "--reference", "sdpa-math", "--pass", pass_, "--rounds", "1", *grid]
+    flags += ["--deterministic"] if deterministic else []
     code, stdout, err = run_main(capsys, "compare", "run", str(out), str(out / "cpu.json"), *flags)
     assert code == 0, err
+    assert modes == {("new", deterministic), ("base", deterministic)}
     ratios = re.findall(r"\| new/base (\S+)  new/sdpa-math (\S+)  base/sdpa-math (\S+)$", stdout, flags=re.M)
     assert ratios == [("1.100", "2.000", "1.818")] * 2, stdout
     assert "new/base over 2 points: min 1.100  median 1.100  max 1.100" in stdout
     saved = json.loads((out / "cpu.json").read_text())
     assert saved["meta"]["base"] == "this tree" and saved["meta"]["pass"] == pass_
+    assert saved["meta"]["deterministic"] == deterministic
     assert [(row["backend"], row["pass"], row["status"]) for row in saved["rows"]] == [
         (backend, pass_, "ok") for backend in ("new", "base", "sdpa-math")
     ] * 2

@@ -68,6 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="fwd",
         help="what is timed, as in flashcute bench (default: fwd)",
     )
+    timed.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="both trees with deterministic=True (the backward's fixed order of dQ adds)",
+    )
     add_timing_arguments(timed, rounds=5)
     add_grid_arguments(timed, GRID)
 
@@ -136,7 +141,10 @@ def time_trees(args: argparse.Namespace) -> int:
         print(f"flashcute compare run: kernel {args.kernel} does not run on this GPU", file=sys.stderr)
         return 2
     reference = args.reference or registry.family(args.kernel).REFERENCE
-    trees = [flashcute_backend("new", flashcute, args.kernel), flashcute_backend("base", base, args.kernel)]
+    trees = [
+        flashcute_backend("new", flashcute, args.kernel, args.deterministic),
+        flashcute_backend("base", base, args.kernel, args.deterministic),
+    ]
     spec = grid_from_flags(args, GRID)
     settings = Settings(pass_=args.pass_, check=not args.no_check, rounds=args.rounds)
     commit = Path(base.__file__).with_name("COMMIT").read_text().strip()
@@ -145,6 +153,7 @@ def time_trees(args: argparse.Namespace) -> int:
         "kernel": args.kernel,
         "reference": reference,
         "pass": args.pass_,
+        "deterministic": args.deterministic,
         "grid": dataclasses.asdict(spec),
     }
     pairs = [("new", "base"), ("new", reference), ("base", reference)]
