@@ -87,9 +87,11 @@ def test_deterministic_backward(mask):
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_backward_with_softcap(deterministic, kernel):
-    """With a cap too, the cap's derivative takes t from before the bias (softcap.softcap_grad_kept)."""
-    q, k, v = inputs(2, 190, 230, 4, 2, 64, torch.bfloat16)
+@pytest.mark.parametrize("head_dim", [64, 192])
+def test_backward_with_softcap(deterministic, head_dim, kernel):
+    """With a cap too, the cap's derivative takes t from before the bias (softcap.softcap_grad_kept); at D=192 on
+    the Hopper backward's kernel for head dims over 128."""
+    q, k, v = inputs(2, 190, 230, 4, 2, head_dim, torch.bfloat16)
     options = {"softcap": 3.0, "alibi_slopes": slopes(4, 2), "causal": True}
     check_grads(q * 2, k, v, kernel=kernel, deterministic=deterministic, **options)
 
