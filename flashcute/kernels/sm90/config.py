@@ -205,7 +205,7 @@ class Sm90BwdConfig:
     dv_before_ds: dV's MMA is issued as soon as P^T is in registers and runs while dS^T is computed, and dK's runs
     while dQ goes to shared memory; else dV's and dK's are issued together once dS^T is in registers, and dQ waits
     for both (P^T's registers are then free while dS^T is computed). The keys-as-rows kernel's only: the wide one
-    orders its MMAs by num_stages.
+    issues dV^T's and dK^T's MMAs before dQ's.
     """
 
     dtype: str
@@ -230,8 +230,9 @@ class Sm90BwdConfig:
 
     @property
     def num_stages(self) -> int:
-        """Shared-memory buffers of Q, dO, LSE and D (and of dS, P): at D=256 one, for the dQ tile to fit."""
-        return 1 if self.head_dim_padded > 192 else NUM_STAGES
+        """Shared-memory buffers of Q, dO, LSE and D (and of dS): the wide kernel's K/V, P, dS and dQ tiles leave
+        room for one (D=192's 96-key tiles, D=256's 64 KB dQ tile)."""
+        return 1 if self.wide else NUM_STAGES
 
     @property
     def wide(self) -> bool:
@@ -273,7 +274,7 @@ def _backward_tiles(bucket: int) -> tuple[int, int]:
     if bucket == 128:
         return (64, 128)  # keeps dV, dK, S and dP of 64 key rows in a warpgroup's 240 registers
     if bucket == 192:
-        return (64, 64)  # dK^T and dV^T of 192 x 32 a warpgroup; two Q/dO stages and the dQ tile fit in 227 KB
+        return (64, 96)  # FlashAttention-3's: S, dP, dK^T and dV^T 48 keys wide a warpgroup; one Q/dO stage fits
     return (64, 64)  # D=256: dK^T and dV^T of 256 x 32 a warpgroup; one Q/dO stage beside the 64 KB dQ tile
 
 
