@@ -474,18 +474,22 @@ class FlashAttentionBackwardSm90:
 
         With config.deterministic the K/V tiles add into a Q tile in a fixed order, the launch order (first K/V
         tile first, common/semaphore.py): the writer waits until the Q tile's counter says that every K/V tile
-        before this one has added, adds, waits until its adds are done, and moves the counter on."""
+        before this one has added, adds, and once its adds are done (not only read) moves the counter on. It
+        frees the consumers' dQ tiles first, as soon as the adds have read them, so that the consumers stage the
+        next dQ while the adds complete and the writer waits its next turn."""
         mdQ_s = work.seq.heads_q(mdQaccum, 0)  # this sequence's rows of every query head
         counters = None
         if cutlass.const_expr(self.config.deterministic):  # this sequence's Q tiles' counters, every query head
             counters = work.seq.heads_stats(mSemaphore, work.stats_offset // self.block_m)
-        for t in cutlass.range(work.qheads_per_kvhead * work.num_m_blocks, unroll=1):
+        num_tiles = work.qheads_per_kvhead * work.num_m_blocks
+        for t in cutlass.range(num_tiles, unroll=1):
             head_idx = work.first_head_idx + t // work.num_m_blocks
             m_block = work.m_block_min + t % work.num_m_blocks
             for wg in cutlass.range_constexpr(2):
                 cute.arch.cp_async_bulk_wait_group(1 - wg, read=True)  # this warpgroup's last reduce-add has read
                 cute.arch.barrier_arrive(barrier_id=DQ_EMPTY_BARRIER + wg, number_of_threads=DQ_HANDOFF_THREADS)
             if cutlass.const_expr(self.config.deterministic):
+                self.end_turn(counters, work, t - 1)
                 self.wait_turn(counters, tile_info, work.n_block, head_idx, m_block)
             for wg in cutlass.range_constexpr(2):
                 # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
@@ -500,11 +504,19 @@ class FlashAttentionBackwardSm90:
                 )
                 cute.copy(tma_dQ, tdQsdQ, tdQgdQ)
                 cute.arch.cp_async_bulk_commit_group()
-            if cutlass.const_expr(self.config.deterministic):
-                cute.arch.cp_async_bulk_wait_group(0, read=False)  # the adds are done, not only read
-                if cute.arch.lane_idx() == 0:
-                    semaphore.step(counters[head_idx, None].iterator + m_block)
+        if cutlass.const_expr(self.config.deterministic):
+            self.end_turn(counters, work, num_tiles - 1)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # shared memory stays until the last reduce-add has read it
+
+    @cute.jit
+    def end_turn(self, counters: cute.Tensor, work: SimpleNamespace, t: Int32):
+        """Once the reduce-adds of the writer's t-th (query head, Q tile) are done, not only read, move that Q
+        tile's counter on: the next K/V tile's turn (one lane); nothing for t < 0."""
+        if t >= 0:
+            cute.arch.cp_async_bulk_wait_group(0, read=False)
+            if cute.arch.lane_idx() == 0:
+                head_idx = work.first_head_idx + t // work.num_m_blocks
+                semaphore.step(counters[head_idx, None].iterator + work.m_block_min + t % work.num_m_blocks)
 
     @cute.jit
     def wait_turn(self, counters: cute.Tensor, tile_info: TileInfo, n_block: Int32, head_idx: Int32, m_block: Int32):
