@@ -51,7 +51,7 @@ from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import TransposedMask
-from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
+from flashcute.kernels.common.scheduler import heads_per_section, rotated, rotated_place, rotation, tile_coords
 from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad_kept, softcap_grad_t, softcap_scales
 from flashcute.kernels.common.softmax import recompute_probs_t, softmax_grad_t
@@ -100,6 +100,10 @@ class FlashAttentionBackwardSm90:
         self.num_stages = config.num_stages
         # columns of the dQ tile one consumer warpgroup adds
         self.dq_cols = config.head_dim_padded if config.dq_split_rows else config.head_dim_padded // 2
+        # deterministic without a mask: each K/V tile walks the Q tiles from its own start (scheduler.rotation), so
+        # that the K/V tiles of a head, which see the same Q tiles and start side by side, do not queue for each
+        # Q tile's dQ one after another
+        self.rotates = config.deterministic and not (config.mask_right or config.mask_left)
 
     @classmethod
     def can_implement(cls, config: Sm90BwdConfig, arch: str) -> str | None:
@@ -381,6 +385,7 @@ class FlashAttentionBackwardSm90:
             m_block_min=m_block_min,
             m_block_max=m_block_max,
             num_m_blocks=m_block_max - m_block_min,
+            start=rotation(n_block, cutlass.max(m_block_max - m_block_min, 1)) if self.rotates else 0,
         )
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
@@ -443,8 +448,7 @@ class FlashAttentionBackwardSm90:
         mQ_s, mdO_s = (work.seq.heads_q(mX, 0) for mX in (mQ, mdO))
         mLSE_s, mD_s = (work.seq.heads_stats(mX, work.stats_offset) for mX in (mLSE, mD))
         for t in cutlass.range(num_tiles, unroll=1):
-            head_idx = work.first_head_idx + t // work.num_m_blocks
-            m_block = work.m_block_min + t % work.num_m_blocks
+            head_idx, m_block = self.walk_tile(work, t)
             for pipe, tma_atom, mX, sX, mStat, sStat in (
                 (pipe_q, tma_Q, mQ_s, smem.sQ, mLSE_s, smem.sLSE),
                 (pipe_do, tma_dO, mdO_s, smem.sdO, mD_s, smem.sD),
@@ -483,14 +487,13 @@ class FlashAttentionBackwardSm90:
             counters = work.seq.heads_stats(mSemaphore, work.stats_offset // self.block_m)
         num_tiles = work.qheads_per_kvhead * work.num_m_blocks
         for t in cutlass.range(num_tiles, unroll=1):
-            head_idx = work.first_head_idx + t // work.num_m_blocks
-            m_block = work.m_block_min + t % work.num_m_blocks
+            head_idx, m_block = self.walk_tile(work, t)
             for wg in cutlass.range_constexpr(2):
                 cute.arch.cp_async_bulk_wait_group(1 - wg, read=True)  # this warpgroup's last reduce-add has read
                 cute.arch.barrier_arrive(barrier_id=DQ_EMPTY_BARRIER + wg, number_of_threads=DQ_HANDOFF_THREADS)
             if cutlass.const_expr(self.config.deterministic):
                 self.end_turn(counters, work, t - 1)
-                self.wait_turn(counters, tile_info, work.n_block, head_idx, m_block)
+                self.wait_turn(counters, tile_info, work, head_idx, m_block)
             for wg in cutlass.range_constexpr(2):
                 # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
                 box = (m_block * 2 + wg, 0) if cutlass.const_expr(self.config.dq_split_rows) else (m_block, wg)
@@ -515,14 +518,34 @@ class FlashAttentionBackwardSm90:
         if t >= 0:
             cute.arch.cp_async_bulk_wait_group(0, read=False)
             if cute.arch.lane_idx() == 0:
-                head_idx = work.first_head_idx + t // work.num_m_blocks
-                semaphore.step(counters[head_idx, None].iterator + work.m_block_min + t % work.num_m_blocks)
+                head_idx, m_block = self.walk_tile(work, t)
+                semaphore.step(counters[head_idx, None].iterator + m_block)
+
+    def walk_tile(self, work: SimpleNamespace, t: Int32) -> tuple:
+        """(query head, Q tile) of the walk's t-th step: the query heads in turn, each over the Q tiles from
+        work.start on."""
+        head_idx = work.first_head_idx + t // work.num_m_blocks
+        return head_idx, work.m_block_min + self.walk_offset(work, t % work.num_m_blocks)
+
+    def walk_tile_of(self, work: SimpleNamespace, m_block: Int32) -> Int32:
+        """The Q tile a query head visits at the position of m_block in unrotated order."""
+        return work.m_block_min + self.walk_offset(work, m_block - work.m_block_min)
+
+    def walk_offset(self, work: SimpleNamespace, r: Int32) -> Int32:
+        """The Q tile (from m_block_min) of a query head's r-th step."""
+        return rotated(r, work.start, work.num_m_blocks) if self.rotates else r
 
     @cute.jit
-    def wait_turn(self, counters: cute.Tensor, tile_info: TileInfo, n_block: Int32, head_idx: Int32, m_block: Int32):
-        """Wait until the K/V tiles before n_block that see Q tile m_block have added into its dQ (one lane spins,
-        the warp waits for it)."""
-        place = n_block - tile_info.n_block_range(m_block)[0]
+    def wait_turn(
+        self, counters: cute.Tensor, tile_info: TileInfo, work: SimpleNamespace, head_idx: Int32, m_block: Int32
+    ):
+        """Wait until the K/V tiles before this one that see Q tile m_block have added into its dQ (one lane
+        spins, the warp waits for it)."""
+        n_lo, n_hi = tile_info.n_block_range(m_block)
+        if cutlass.const_expr(self.rotates):  # no mask: every K/V tile sees every Q tile (m_block_min is 0)
+            place = rotated_place(work.n_block, m_block, n_hi, work.num_m_blocks)
+        else:
+            place = work.n_block - n_lo
         counter = counters[head_idx, None].iterator + m_block
         if cute.arch.lane_idx() == 0:
             semaphore.wait_for(counter, place)
@@ -619,12 +642,13 @@ class FlashAttentionBackwardSm90:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         for h in cutlass.range(work.qheads_per_kvhead, unroll=1):
             head_idx = work.first_head_idx + h
+            # without a mask every step of a K/V tile is masked alike, so rotated positions keep the runs
             for m_block in cutlass.range(work.m_block_min, free_start, unroll=1):
-                state = step(state, head_idx, m_block, True)
+                state = step(state, head_idx, self.walk_tile_of(work, m_block), True)
             for m_block in cutlass.range(free_start, free_end, unroll=1):
-                state = step(state, head_idx, m_block, False)
+                state = step(state, head_idx, self.walk_tile_of(work, m_block), False)
             for m_block in cutlass.range(free_end, work.m_block_max, unroll=1):
-                state = step(state, head_idx, m_block, True)
+                state = step(state, head_idx, self.walk_tile_of(work, m_block), True)
 
     @cute.jit
     def store_dk_dv(
