@@ -25,7 +25,10 @@ free, and (dv_before_ds) write it while dK's MMA runs (docs/tuning-sm90.md, Back
 
 Warpgroup 0 is the producer: one warp loads K and V once, then Q with its LSE and dO with its D for every Q tile
 into a ring of num_stages buffers guarded by mbarriers (TMA for the tiles, bulk copies for the two rows of
-statistics); another is the dQ writer. Warpgroups 1 and 2 are consumers, 64 key rows each. The host passes
+statistics); another is the dQ writer. The kernel is launched to start while the preprocess ends (programmatic
+dependent launch): the producer issues K's and V's loads, then waits for the preprocess's grid to finish before it
+reads the statistics (nothing else reads what the preprocess writes before they arrive). Warpgroups 1 and 2 are
+consumers, 64 key rows each. The host passes
 LSE * log2(e) and D padded to whole Q tiles (+inf and 0 past seqlen_q, +inf where a row saw no key), so the
 recomputed P is 0 on every row that must not contribute. K/V rows past seqlen_k load as zeros and are masked,
 so no NaN reaches dQ. In a packed batch (common/seqlen.py) those rows are the next sequence's, as finite and as
@@ -271,6 +274,7 @@ class FlashAttentionBackwardSm90:
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
             min_blocks_per_mp=1,
+            use_pdl=True,  # starts while the preprocess ends (bwd_pre.py), which the producer waits for
         )
 
     # ---------------------------------------------------------------- device side
@@ -442,6 +446,8 @@ class FlashAttentionBackwardSm90:
             barrier = pipe_kv.producer_get_barrier(kv_state)
             cute.copy(tma_K, tKgK[None, work.n_block], tKsK[None, 0], tma_bar_ptr=barrier)
             cute.copy(tma_V, tVgV[None, work.n_block], tVsV[None, 0], tma_bar_ptr=barrier)
+        # the preprocess's LSE, D and zeroed dQ accumulator: complete and visible once its grid has finished
+        cute.arch.griddepcontrol_wait()
         bulk = cute.make_copy_atom(cpasync.CopyBulkG2SOp(), Float32)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         # this sequence's rows of every query head (sliced out before the loop: SeqLens.heads_q)
