@@ -192,6 +192,8 @@ def test_sm90_bwd_head_dims():
     # beside its dQ tile (two do not fit); the keys-as-rows kernels keep two
     tiles = [(c.block_m, c.block_n, c.num_stages) for c in (sm90_bwd_config(d, "bfloat16") for d in (128, 192, 256))]
     assert tiles == [(64, 128, 2), (64, 96, 1), (64, 64, 1)]
+    # with softcap and ALiBi together (a copy of the capped scores beside the bias) D=192 keeps 64-key tiles
+    assert sm90_bwd_config(192, "bfloat16", softcap=True, alibi=True).block_n == 64
     assert all(sm90_bwd_config(d, "float16").wide for d in (136, 192, 200, 256))
 
 
