@@ -78,7 +78,7 @@ def _run(num_n_blocks, num_m_blocks, slots, place, walk=_walk):
     return steps
 
 
-@settings(max_examples=50)
+@settings(deadline=None, max_examples=50)  # (a draw steps up to 80 x 40 walks in Python)
 @given(st.integers(1, 80), st.integers(1, 40))
 def test_rotated_place_is_one_order_that_follows_the_walks(num_n_blocks, num_m_blocks):
     """Every Q tile sees its K/V tiles in one order (places 0 .. N - 1); spans go in launch order; inside a span, in
