@@ -152,13 +152,9 @@ def flash_attn_with_kvcache(
         cache_seqlens = splitkv.filled(batch, filled, device)
 
     if k is not None:
-        new_positions = cache_seqlens[:, None] + torch.arange(args.seqlen_new, device=device)  # (batch, seqlen_new)
-        if args.rotary_dim:
-            rows = (
-                torch.arange(seqlen_q, device=device)
-                if args.q_positions_per_row
-                else q.new_zeros(seqlen_q, dtype=torch.long)
-            )
+        new_positions = cache_seqlens[:, None] + splitkv.indices(args.seqlen_new, device)  # (batch, seqlen_new)
+        if args.rotary_dim:  # q's rows at their own positions, or every row at cache_seqlens[b] (a broadcast 0)
+            rows = splitkv.indices(seqlen_q if args.q_positions_per_row else 1, device)
             q = apply_rotary(q, rotary_cos, rotary_sin, cache_seqlens[:, None] + rows, rotary_interleaved)
             k = apply_rotary(k, rotary_cos, rotary_sin, new_positions, rotary_interleaved)
         if args.seqlen_new:
@@ -166,9 +162,15 @@ def flash_attn_with_kvcache(
             k_cache.index_put_(slots, k)
             v_cache.index_put_(slots, v)
 
-    # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0).
+    a = args.attention
+    split_keys = (seqlen_q == 1 or not a.has_mask) and alibi_slopes is None  # unmasked, or a mask that is a key range
+    windowed = split_keys and seqlen_q == 1 and a.window_left >= 0
+    # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0). The split
+    # path's chunks of a plain decoding step come from cache_seqlens directly (SplitPlan.appended_chunks).
     if cache_seqlens is None or filled is not None:
         end = splitkv.filled(batch, capacity if filled is None else min(filled + args.seqlen_new, capacity), device)
+    elif split_keys and not windowed and cache_leftpad is None and block_table is None:
+        end = None
     else:
         end = (cache_seqlens + args.seqlen_new).clamp(0, capacity)
     start = None if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), end)
@@ -181,14 +183,14 @@ def flash_attn_with_kvcache(
         keys, values = k_cache[:batch], v_cache[:batch]
     keys, values = (t.reshape(batch * capacity, nheads_k, t.shape[-1]) for t in (keys, values))
     first_rows = splitkv.row_starts(batch, capacity, device)
-    a = args.attention
     name = kernel or "auto"
-    if (seqlen_q == 1 or not a.has_mask) and alibi_slopes is None:  # unmasked, or one row whose mask is a key range
-        windowed = seqlen_q == 1 and a.window_left >= 0
+    if split_keys:
         split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
         if cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
             last = capacity if filled is None else min(filled + args.seqlen_new, capacity)
             chunks = split.constant_chunks(capacity, max(last - 1 - a.window_left, 0) if windowed else 0, last)
+        elif end is None:
+            chunks = split.appended_chunks(cache_seqlens, args.seqlen_new, capacity)
         else:
             if windowed:
                 window_start = end - 1 - min(a.window_left, capacity)
@@ -201,10 +203,11 @@ def flash_attn_with_kvcache(
         return (out, lse) if return_lse else out
 
     if start is None:
-        start = torch.zeros_like(end)
-    cu_seqlens_k = F.pad(first_rows + start, (0, 1), value=batch * capacity)
-    cu_seqlens_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=device)
-    packed = (cu_seqlens_q, cu_seqlens_k, None, end - start, seqlen_q, capacity)
+        cu_seqlens_k, key_count = splitkv.row_starts(batch + 1, capacity, device), end
+    else:
+        cu_seqlens_k, key_count = F.pad(first_rows + start, (0, 1), value=batch * capacity), end - start
+    cu_seqlens_q = splitkv.row_starts(batch + 1, seqlen_q, device)
+    packed = (cu_seqlens_q, cu_seqlens_k, None, key_count, seqlen_q, capacity)
     out, lse = interface.varlen_outputs(
         q.reshape(batch * seqlen_q, nheads, headdim),
         keys,
@@ -235,7 +238,7 @@ def _slots(
     if block_table is not None:
         pages = block_table.gather(1, positions // page_block_size).long()
         return pages, positions % page_block_size
-    rows = torch.arange(batch, device=positions.device) if cache_batch_idx is None else cache_batch_idx.long()
+    rows = splitkv.indices(batch, positions.device) if cache_batch_idx is None else cache_batch_idx.long()
     return rows[:, None], positions
 
 

@@ -77,6 +77,7 @@ class SplitPlan:
         self._offsets: torch.Tensor | None = None
         self._cu_seqlens_q: torch.Tensor | None = None
         self._constant_chunks: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._appended: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def key_chunks(
         self, first_key: torch.Tensor, key_count: torch.Tensor, key_rows: int
@@ -110,6 +111,25 @@ class SplitPlan:
                     self._constant_chunks.clear()
                 self._constant_chunks[key] = chunks
         return chunks
+
+    def appended_chunks(self, lengths: torch.Tensor, added: int, seq_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """key_chunks for a cache indexed by batch: sequence b's keys at rows b * seq_rows on, min(lengths[b] +
+        added, seq_rows) of them (lengths int32 (batch,): each cache's keys before ``added`` new ones; seq_rows at
+        least max_keys), in two tensor operations a call. Chunk s of sequence b starts at row b * seq_rows + s *
+        chunk at every call (where key_chunks moves a chunk past the keys to their end), so the starts are made
+        once, and each chunk's span, up to the next start, is at most chunk keys and none past the sequence's rows:
+        the kernels read min(span, seqused) keys of a sequence, so seqused needs no upper bound."""
+        constants = self._appended.get((added, seq_rows))
+        if constants is None:
+            offsets = torch.arange(0, self.splits * self.chunk, self.chunk, dtype=torch.int32, device=self.device)
+            starts = row_starts(self.batch, seq_rows, self.device)[:, None] + offsets
+            constants = (F.pad(starts.flatten(), (0, 1), value=self.batch * seq_rows), added - offsets)
+            if _kept(constants[0]) is not None:
+                if len(self._appended) >= 8:
+                    self._appended.clear()
+                self._appended[(added, seq_rows)] = constants
+        cu_seqlens_k, shift = constants
+        return cu_seqlens_k, (lengths[:, None] + shift).clamp_(min=0).flatten()
 
     def attention(
         self,
@@ -186,12 +206,17 @@ def filled(batch: int, value: int, device) -> torch.Tensor:
     return _constant(("filled", batch, value, device), lambda: torch.full((batch,), value, device=device))
 
 
-def _constant(key: tuple, make) -> torch.Tensor:
-    """The int32 tensor ``make()`` gives, made once per key (not kept while a CUDA graph is captured); callers
-    never write it."""
+def indices(count: int, device) -> torch.Tensor:
+    """int64 (count,): 0 .. count - 1, as tensor indexing takes them. Read only, as row_starts'."""
+    return _constant(("indices", count, device), lambda: torch.arange(count, device=device), torch.int64)
+
+
+def _constant(key: tuple, make, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """The tensor ``make()`` gives, as ``dtype``, made once per key (not kept while a CUDA graph is captured);
+    callers never write it."""
     t = _constants.get(key)
     if t is None:
-        t = make().to(torch.int32)
+        t = make().to(dtype)
         if _kept(t) is not None:
             if len(_constants) >= 256:  # a program has a few cache shapes; one that changes every call starts over
                 _constants.clear()

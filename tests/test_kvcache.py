@@ -15,6 +15,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashcute
 from flashcute import interface, splitkv, validation
@@ -609,3 +610,58 @@ def test_resolves_the_capacity_and_the_rotary_rule():
 def test_the_reference_checks_the_values(changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         attention_kvcache_ref(**valid(**changes))
+
+
+class DeviceWork(TorchDispatchMode):
+    """Records the tensor operations that write memory (one or more kernel launches each on a GPU), leaving out
+    views and allocations, and whatever runs while ``paused``."""
+
+    METADATA = frozenset(
+        ("view", "_unsafe_view", "unsqueeze", "slice", "select", "transpose", "expand", "alias", "empty", "new_empty")
+    )
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+        self.paused = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not self.paused and name not in self.METADATA:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+    def pausing(self, fn):
+        def paused(*args, **kwargs):
+            self.paused = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.paused = False
+
+        return paused
+
+
+@pytest.mark.parametrize(
+    "lengths, expected",
+    [
+        # the new keys' positions, their two writes, the chunks' key counts (an add and a clamp), the queries' copy
+        (torch.tensor([5, 60, 0], dtype=torch.int32), ["add", "index_put_", "index_put_", "add", "clamp_", "clone"]),
+        (17, ["add", "index_put_", "index_put_", "clone"]),  # one length for all: constant chunks
+    ],
+)
+def test_a_decoding_step_launches_little_besides_the_attention(monkeypatch, stand_in, lengths, expected):
+    """A step of one query row a sequence (the append, split-KV, grouped-query packing): the tensor operations
+    around the attention and the combine, once the call's constants exist. Each is a launch on the GPU, where a
+    small step costs about what its launches cost (docs/decoding.md)."""
+    work = DeviceWork()
+    monkeypatch.setattr(interface, "varlen_outputs", work.pausing(interface.varlen_outputs))
+    monkeypatch.setattr(prepost, "combine", work.pausing(prepost.combine))
+    q = torch.randn(3, 1, 4, 8, dtype=torch.float64)
+    k_cache, v_cache = (torch.randn(3, 64, 2, 8, dtype=torch.float64) for _ in "kv")
+    k, v = (torch.randn(3, 1, 2, 8, dtype=torch.float64) for _ in "kv")
+    flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, causal=True)
+    assert splitkv.plan(3, 1, 4, 2, 64, 0, q.device).splits > 1
+    with work:
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, causal=True)
+    assert work.ops == expected

@@ -74,6 +74,35 @@ def test_a_cache_filled_to_one_length_makes_its_chunks_once(monkeypatch):
     assert chunks[1].tolist() == [1408, 1408, 174, 1408, 1408, 174]  # 3 chunks of 11 key tiles, the last partial
 
 
+def _sequences_rows(chunks: tuple[torch.Tensor, torch.Tensor], splits: int) -> list[list[int]]:
+    """The key rows each sequence's chunks read by the kernels' rule (SeqLens): min(span, seqused) rows from each
+    chunk's start. Checks that the starts are in order and that what is read lies inside the packed rows."""
+    cu, used = (t.tolist() for t in chunks)
+    assert cu == sorted(cu), cu
+    rows: list[list[int]] = [[] for _ in range(len(used) // splits)]
+    for v, start in enumerate(cu[:-1]):
+        count = min(cu[v + 1] - start, used[v])
+        assert count >= 0 and start + count <= cu[-1], (v, cu, used)
+        rows[v // splits].extend(range(start, start + count))
+    return rows
+
+
+def test_chunks_of_an_appended_cache_read_what_key_chunks_read():
+    """SplitPlan.appended_chunks (two tensor operations a call, constant starts) against key_chunks of the clamped
+    ends: every sequence reads the same rows, and a cache filled past its capacity (a caller's error) or below 0
+    reads none of the next sequence's."""
+    capacity, added = 1000, 3
+    plan = splitkv.SplitPlan(4, 1, 8, 2, capacity, 3, "cpu")
+    assert (plan.splits, plan.chunk) == (3, 384)
+    first = splitkv.row_starts(4, capacity, "cpu")
+    for lengths in ([0, 381, 997, 500], [1200, -7, 383, 765], [-3, 0, 1, 2]):
+        lengths = torch.tensor(lengths, dtype=torch.int32)
+        got = plan.appended_chunks(lengths, added, capacity)
+        want = plan.key_chunks(first, (lengths + added).clamp(0, capacity), 4 * capacity)
+        assert _sequences_rows(got, plan.splits) == _sequences_rows(want, plan.splits)
+    assert plan.appended_chunks(lengths, added, capacity)[0] is got[0], "the starts are made once"
+
+
 @pytest.mark.parametrize(
     "sizes, options, expected",
     [
