@@ -104,7 +104,10 @@ def flash_attn_with_kvcache(
     row (its causal mask and window are a range of keys) or without a mask takes the split-KV path (splitkv.py):
     the query heads of a kv head share its tiles, and each sequence's keys are cut into ``num_splits`` chunks
     walked by thread blocks of their own (0: a heuristic from the batch, heads, capacity and SM count; 1: no
-    split), merged in fp32. Several query rows under a mask run as one packed launch, whatever num_splits says.
+    split), merged in fp32. Several query rows under a causal mask (or one bounded on the right alone) split the
+    keys they all see alike, and attend each sequence's last seqlen_q - 1 keys, which the mask hides from some of
+    them, in a masked launch of their own, merged as one more split; under a left window they run as one packed
+    launch, whatever num_splits says.
     softcap > 0 caps the scores, softcap * tanh(score / softcap), learnable_sink (nheads,) joins every row's softmax
     denominator, and alibi_slopes (nheads,) or (batch, nheads) bias the scores by -slope * |i + offset - j| over the
     attended keys, as in flash_attn_func (with ALiBi the keys are not split: a split's keys lose their positions).
@@ -163,13 +166,17 @@ def flash_attn_with_kvcache(
             v_cache.index_put_(slots, v)
 
     a = args.attention
-    split_keys = (seqlen_q == 1 or not a.has_mask) and alibi_slopes is None  # unmasked, or a mask that is a key range
+    window_left, window_right = interface.kernel_window(a)
+    # the split path takes unmasked calls, one query row (its mask is a key range) and several under a right-bounded
+    # mask (the keys that they see alike, and a tail of the last keys under the mask: splitkv.tail_keys)
+    tail_keys = splitkv.tail_keys(seqlen_q, window_left, window_right)
+    split_keys = tail_keys is not None and alibi_slopes is None
     windowed = split_keys and seqlen_q == 1 and a.window_left >= 0
     # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0). The split
     # path's chunks of a plain decoding step come from cache_seqlens directly (SplitPlan.appended_chunks).
     if cache_seqlens is None or filled is not None:
         end = splitkv.filled(batch, capacity if filled is None else min(filled + args.seqlen_new, capacity), device)
-    elif split_keys and not windowed and cache_leftpad is None and block_table is None:
+    elif split_keys and not windowed and not tail_keys and cache_leftpad is None and block_table is None:
         end = None
     else:
         end = (cache_seqlens + args.seqlen_new).clamp(0, capacity)
@@ -186,7 +193,10 @@ def flash_attn_with_kvcache(
     name = kernel or "auto"
     if split_keys:
         split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
-        if cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
+        tail = None
+        if tail_keys:
+            chunks, tail = _split_tail(split, first_rows, start, end, tail_keys, window_right, batch * capacity)
+        elif cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
             last = capacity if filled is None else min(filled + args.seqlen_new, capacity)
             chunks = split.constant_chunks(capacity, max(last - 1 - a.window_left, 0) if windowed else 0, last)
         elif end is None:
@@ -199,7 +209,7 @@ def flash_attn_with_kvcache(
                 chunks = split.key_chunks(first_rows, end, batch * capacity)
             else:
                 chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
-        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap, learnable_sink)
+        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap, learnable_sink, tail)
         return (out, lse) if return_lse else out
 
     if start is None:
@@ -224,6 +234,26 @@ def flash_attn_with_kvcache(
     if not return_lse:
         return out
     return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()
+
+
+def _split_tail(
+    split: splitkv.SplitPlan,
+    first_rows: torch.Tensor,
+    start: torch.Tensor | None,
+    end: torch.Tensor,
+    tail_keys: int,
+    window_right: int,
+    key_rows: int,
+) -> tuple[tuple[torch.Tensor, torch.Tensor], splitkv.Tail]:
+    """Sequence b's keys, positions [start, end) of its rows from first_rows[b] (start None: 0), as the split path
+    takes them under a right-bounded mask: the chunks of all but its last ``tail_keys`` (fewer where it holds
+    fewer), which every query sees, and those last keys as the tail."""
+    count = end if start is None else end - start
+    first = first_rows if start is None else first_rows + start
+    in_tail = count.clamp(max=tail_keys)
+    common = count - in_tail
+    tail = splitkv.Tail(F.pad(first + common, (0, 1), value=key_rows), in_tail, tail_keys, window_right)
+    return split.key_chunks(first, common, key_rows), tail
 
 
 def _slots(
