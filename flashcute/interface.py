@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from flashcute import splitkv
 from flashcute.kernels import registry
@@ -349,7 +350,7 @@ class CallPlan:
     __slots__ = ("args", "casts", "key_range", "launch", "restrides", "scalars", "split")
 
     def __init__(
-        self, args: AttentionArgs, scalars: tuple, restrides: bool, casts: bool, key_range: tuple[int, int] | None
+        self, args: AttentionArgs, scalars: tuple, restrides: bool, casts: bool, key_range: tuple[int, int, int] | None
     ):
         self.args, self.scalars, self.restrides, self.casts = args, scalars, restrides, casts
         self.key_range, self.split, self.launch = key_range, None, None
@@ -442,46 +443,57 @@ def _plan(
     return CallPlan(args, scalars, restrides, casts, _split_key_range(args, *ready))
 
 
-def _split_key_range(args: AttentionArgs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int] | None:
-    """The keys [lo, hi) a call attends on the split-KV path (splitkv.py), or None where the plain launch is as
-    fast: decoding-sized calls (every (sequence, kv head)'s queries fit one tile), unmasked or with one query row
-    (whose mask is a key range), with at least two splits' worth of keys to walk and either more than one split or
-    query heads to pack; the keys' (batch, seqlen_k) dims must merge into the packed kernels' rows."""
+def _split_key_range(
+    args: AttentionArgs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[int, int, int] | None:
+    """(lo, hi, tail): the keys [lo, hi) that a call attends unmasked on the split-KV path (splitkv.py) and the
+    ``tail`` keys after them that its queries see under its mask (splitkv.tail_keys), or None where the plain
+    launch is as fast: decoding-sized calls (every (sequence, kv head)'s queries fit one tile), unmasked, with one
+    query row (whose mask is a key range) or several under a right-bounded mask aligned bottom-right, with at least
+    two splits' worth of keys to walk and either more than one split or query heads to pack; the keys' (batch,
+    seqlen_k) dims must merge into the packed kernels' rows."""
     group = args.qheads_per_kvhead
-    if args.seqlen_q * group > splitkv.ROWS_PER_TILE or (args.has_mask and args.seqlen_q > 1):
+    window = kernel_window(args)
+    tail = splitkv.tail_keys(args.seqlen_q, *window)
+    if args.seqlen_q * group > splitkv.ROWS_PER_TILE or tail is None:
+        return None
+    if tail and args.causal_align != "bottom_right":  # (the tail's mask is aligned bottom-right)
         return None
     if args.alibi_slopes is not None:  # a split's keys lose their positions, which the bias needs
         return None
     if any(t.shape[0] > 1 and t.stride(0) != t.shape[1] * t.stride(1) for t in (k, v)):
         return None
-    lo, hi = 0, args.seqlen_k
+    lo, hi = 0, args.seqlen_k - min(tail, args.seqlen_k)
     if args.seqlen_q == 1:
-        lo, hi = splitkv.one_query_key_range(args.diagonal_offset, args.seqlen_k, *kernel_window(args))
+        lo, hi = splitkv.one_query_key_range(args.diagonal_offset, args.seqlen_k, *window)
     if hi - lo < 2 * splitkv.MIN_SPLIT_KEYS:
         return None
     tiles = splitkv.packed_tiles(args.batch, args.seqlen_q, args.nheads, args.nheads_k)
     if group == 1 and splitkv.num_splits(tiles, hi - lo, num_sms(q.device)) == 1:
         return None
-    return lo, hi
+    return lo, hi, args.seqlen_k - hi if tail else 0
 
 
 def _split_kv(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: CallPlan, learnable_sink: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """flash_attn_func's forward on the split-KV path, over the plan's key range: every sequence attends the same
-    keys, so the split's index tensors are constant_chunks', kept with the plan."""
+    """flash_attn_func's forward on the split-KV path, over the plan's key range and tail: every sequence attends
+    the same keys, so the split's index tensors are constant_chunks' (and the tail's), kept with the plan."""
     args = plan.args
     batch, seqlen_k = args.batch, args.seqlen_k
     split = plan.split
     if split is None:
-        lo, hi = plan.key_range
+        lo, hi, tail = plan.key_range
         how = splitkv.plan(batch, args.seqlen_q, args.nheads, args.nheads_k, hi - lo, 0, q.device)
-        split = (how, how.constant_chunks(seqlen_k, lo, hi))
-        if not torch.cuda.is_current_stream_capturing():  # else the graph's memory pool holds them
+        if tail:  # the keys after hi, in each sequence's rows from b * seqlen_k
+            starts = F.pad(splitkv.row_starts(batch, seqlen_k, q.device) + hi, (0, 1), value=batch * seqlen_k)
+            tail = splitkv.Tail(starts, splitkv.filled(batch, tail, q.device), tail, kernel_window(args)[1])
+        split = (how, how.constant_chunks(seqlen_k, lo, hi), tail or None)
+        if not (q.is_cuda and torch.cuda.is_current_stream_capturing()):  # else the graph's memory pool holds them
             plan.split = split
-    how, chunks = split
+    how, chunks, tail = split
     keys = _rows(k, v, batch * seqlen_k)
-    return how.attention(q, *keys, chunks, args.softmax_scale, *plan.scalars[4:], learnable_sink)
+    return how.attention(q, *keys, chunks, args.softmax_scale, *plan.scalars[4:], learnable_sink, tail)
 
 
 def _rows(k: torch.Tensor, v: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:

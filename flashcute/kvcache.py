@@ -104,7 +104,11 @@ def flash_attn_with_kvcache(
     row (its causal mask and window are a range of keys) or without a mask takes the split-KV path (splitkv.py):
     the query heads of a kv head share its tiles, and each sequence's keys are cut into ``num_splits`` chunks
     walked by thread blocks of their own (0: a heuristic from the batch, heads, capacity and SM count; 1: no
-    split), merged in fp32. Several query rows under a mask run as one packed launch, whatever num_splits says.
+    split), merged in fp32. A few query rows under a causal mask (or one bounded on the right alone: seqlen_q times
+    the query heads of a kv head at most 128, a packed tile) split the keys they all see alike, and attend each
+    sequence's last seqlen_q - 1 keys, which the mask hides from some of them, in a masked launch of their own,
+    merged as one more split; more rows (a chunk of prefill) or a left window run as one packed launch, whatever
+    num_splits says.
     softcap > 0 caps the scores, softcap * tanh(score / softcap), learnable_sink (nheads,) joins every row's softmax
     denominator, and alibi_slopes (nheads,) or (batch, nheads) bias the scores by -slope * |i + offset - j| over the
     attended keys, as in flash_attn_func (with ALiBi the keys are not split: a split's keys lose their positions).
@@ -152,13 +156,9 @@ def flash_attn_with_kvcache(
         cache_seqlens = splitkv.filled(batch, filled, device)
 
     if k is not None:
-        new_positions = cache_seqlens[:, None] + torch.arange(args.seqlen_new, device=device)  # (batch, seqlen_new)
-        if args.rotary_dim:
-            rows = (
-                torch.arange(seqlen_q, device=device)
-                if args.q_positions_per_row
-                else q.new_zeros(seqlen_q, dtype=torch.long)
-            )
+        new_positions = cache_seqlens[:, None] + splitkv.indices(args.seqlen_new, device)  # (batch, seqlen_new)
+        if args.rotary_dim:  # q's rows at their own positions, or every row at cache_seqlens[b] (a broadcast 0)
+            rows = splitkv.indices(seqlen_q if args.q_positions_per_row else 1, device)
             q = apply_rotary(q, rotary_cos, rotary_sin, cache_seqlens[:, None] + rows, rotary_interleaved)
             k = apply_rotary(k, rotary_cos, rotary_sin, new_positions, rotary_interleaved)
         if args.seqlen_new:
@@ -166,9 +166,22 @@ def flash_attn_with_kvcache(
             k_cache.index_put_(slots, k)
             v_cache.index_put_(slots, v)
 
-    # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0).
+    a = args.attention
+    window_left, window_right = interface.kernel_window(a)
+    # the split path takes unmasked calls, one query row (its mask is a key range) and a few under a right-bounded
+    # mask (the keys that they see alike, and a tail of the last keys under the mask: splitkv.tail_keys), as many as
+    # a tile holds packed (more, a chunk of prefill, run as one masked launch)
+    tail_keys = splitkv.tail_keys(seqlen_q, window_left, window_right)
+    if tail_keys and seqlen_q * (nheads // nheads_k) > splitkv.ROWS_PER_TILE:
+        tail_keys = None
+    split_keys = tail_keys is not None and alibi_slopes is None
+    windowed = split_keys and seqlen_q == 1 and a.window_left >= 0
+    # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0). The split
+    # path's chunks of a plain decoding step come from cache_seqlens directly (SplitPlan.appended_chunks).
     if cache_seqlens is None or filled is not None:
         end = splitkv.filled(batch, capacity if filled is None else min(filled + args.seqlen_new, capacity), device)
+    elif split_keys and not windowed and not tail_keys and cache_leftpad is None and block_table is None:
+        end = None
     else:
         end = (cache_seqlens + args.seqlen_new).clamp(0, capacity)
     start = None if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), end)
@@ -181,14 +194,17 @@ def flash_attn_with_kvcache(
         keys, values = k_cache[:batch], v_cache[:batch]
     keys, values = (t.reshape(batch * capacity, nheads_k, t.shape[-1]) for t in (keys, values))
     first_rows = splitkv.row_starts(batch, capacity, device)
-    a = args.attention
     name = kernel or "auto"
-    if (seqlen_q == 1 or not a.has_mask) and alibi_slopes is None:  # unmasked, or one row whose mask is a key range
-        windowed = seqlen_q == 1 and a.window_left >= 0
+    if split_keys:
         split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
-        if cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
+        tail = None
+        if tail_keys:
+            chunks, tail = _split_tail(split, first_rows, start, end, tail_keys, window_right, batch * capacity)
+        elif cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
             last = capacity if filled is None else min(filled + args.seqlen_new, capacity)
             chunks = split.constant_chunks(capacity, max(last - 1 - a.window_left, 0) if windowed else 0, last)
+        elif end is None:
+            chunks = split.appended_chunks(cache_seqlens, args.seqlen_new, capacity)
         else:
             if windowed:
                 window_start = end - 1 - min(a.window_left, capacity)
@@ -197,21 +213,23 @@ def flash_attn_with_kvcache(
                 chunks = split.key_chunks(first_rows, end, batch * capacity)
             else:
                 chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
-        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap, learnable_sink)
+        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap, learnable_sink, tail)
         return (out, lse) if return_lse else out
 
     if start is None:
-        start = torch.zeros_like(end)
-    cu_seqlens_k = F.pad(first_rows + start, (0, 1), value=batch * capacity)
-    cu_seqlens_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=device)
-    packed = (cu_seqlens_q, cu_seqlens_k, None, end - start, seqlen_q, capacity)
+        cu_seqlens_k, key_count = splitkv.row_starts(batch + 1, capacity, device), end
+    else:
+        cu_seqlens_k, key_count = F.pad(first_rows + start, (0, 1), value=batch * capacity), end - start
+    cu_seqlens_q = splitkv.row_starts(batch + 1, seqlen_q, device)
+    packed = (cu_seqlens_q, cu_seqlens_k, None, key_count, seqlen_q, capacity)
     out, lse = interface.varlen_outputs(
         q.reshape(batch * seqlen_q, nheads, headdim),
         keys,
         values,
         *packed,
         a.softmax_scale,
-        *interface.kernel_window(a),
+        window_left,
+        window_right,
         name,
         a.softcap,
         learnable_sink,
@@ -221,6 +239,26 @@ def flash_attn_with_kvcache(
     if not return_lse:
         return out
     return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()
+
+
+def _split_tail(
+    split: splitkv.SplitPlan,
+    first_rows: torch.Tensor,
+    start: torch.Tensor | None,
+    end: torch.Tensor,
+    tail_keys: int,
+    window_right: int,
+    key_rows: int,
+) -> tuple[tuple[torch.Tensor, torch.Tensor], splitkv.Tail]:
+    """Sequence b's keys, positions [start, end) of its rows from first_rows[b] (start None: 0), as the split path
+    takes them under a right-bounded mask: the chunks of all but its last ``tail_keys`` (fewer where it holds
+    fewer), which every query sees, and those last keys as the tail."""
+    count = end if start is None else end - start
+    first = first_rows if start is None else first_rows + start
+    in_tail = count.clamp(max=tail_keys)
+    common = count - in_tail
+    tail = splitkv.Tail(F.pad(first + common, (0, 1), value=key_rows), in_tail, tail_keys, window_right)
+    return split.key_chunks(first, common, key_rows), tail
 
 
 def _slots(
@@ -235,7 +273,7 @@ def _slots(
     if block_table is not None:
         pages = block_table.gather(1, positions // page_block_size).long()
         return pages, positions % page_block_size
-    rows = torch.arange(batch, device=positions.device) if cache_batch_idx is None else cache_batch_idx.long()
+    rows = splitkv.indices(batch, positions.device) if cache_batch_idx is None else cache_batch_idx.long()
     return rows[:, None], positions
 
 

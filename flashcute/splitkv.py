@@ -19,6 +19,7 @@ lengths. ``num_splits`` says how the keys are cut; the measurements behind it ar
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -77,6 +78,7 @@ class SplitPlan:
         self._offsets: torch.Tensor | None = None
         self._cu_seqlens_q: torch.Tensor | None = None
         self._constant_chunks: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._appended: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def key_chunks(
         self, first_key: torch.Tensor, key_count: torch.Tensor, key_rows: int
@@ -87,13 +89,18 @@ class SplitPlan:
         order."""
         if self.splits == 1:  # the keys as they are
             return F.pad(first_key, (0, 1), value=key_rows), key_count
+        offsets = self.offsets()
+        starts = first_key[:, None] + torch.minimum(offsets, key_count[:, None])
+        used = (key_count[:, None] - offsets).clamp_(0, self.chunk)
+        return F.pad(starts.flatten(), (0, 1), value=key_rows), used.flatten()
+
+    def offsets(self) -> torch.Tensor:
+        """int32 (splits,): where each chunk starts in its sequence's keys, s * chunk (made once)."""
         offsets = self._offsets
         if offsets is None:
             offsets = torch.arange(0, self.splits * self.chunk, self.chunk, dtype=torch.int32, device=self.device)
             self._offsets = _kept(offsets)
-        starts = first_key[:, None] + torch.minimum(offsets, key_count[:, None])
-        used = (key_count[:, None] - offsets).clamp_(0, self.chunk)
-        return F.pad(starts.flatten(), (0, 1), value=key_rows), used.flatten()
+        return offsets
 
     def constant_chunks(self, seq_rows: int, first: int, last: int) -> tuple[torch.Tensor, torch.Tensor]:
         """key_chunks when every sequence attends its keys first .. last - 1, sequence b's rows starting at b *
@@ -111,6 +118,25 @@ class SplitPlan:
                 self._constant_chunks[key] = chunks
         return chunks
 
+    def appended_chunks(self, lengths: torch.Tensor, added: int, seq_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """key_chunks for a cache indexed by batch: sequence b's keys at rows b * seq_rows on, min(lengths[b] +
+        added, seq_rows) of them (lengths int32 (batch,): each cache's keys before ``added`` new ones; seq_rows at
+        least max_keys), in two tensor operations a call. Chunk s of sequence b starts at row b * seq_rows + s *
+        chunk at every call (where key_chunks moves a chunk past the keys to their end), so the starts are made
+        once, and each chunk's span, up to the next start, is at most chunk keys and none past the sequence's rows:
+        the kernels read min(span, seqused) keys of a sequence, so seqused needs no upper bound."""
+        constants = self._appended.get((added, seq_rows))
+        if constants is None:
+            offsets = self.offsets()
+            starts = row_starts(self.batch, seq_rows, self.device)[:, None] + offsets
+            constants = (F.pad(starts.flatten(), (0, 1), value=self.batch * seq_rows), added - offsets)
+            if _kept(constants[0]) is not None:
+                if len(self._appended) >= 8:
+                    self._appended.clear()
+                self._appended[(added, seq_rows)] = constants
+        cu_seqlens_k, shift = constants
+        return cu_seqlens_k, (lengths[:, None] + shift).clamp_(min=0).flatten()
+
     def attention(
         self,
         q: torch.Tensor,
@@ -121,14 +147,14 @@ class SplitPlan:
         kernel: str,
         softcap: float = 0.0,
         learnable_sink: torch.Tensor | None = None,
+        tail: Tail | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Unmasked attention of q (batch, seqlen_q, nheads, headdim) to the rows of keys and values (rows,
         nheads_k, headdim; values may have a head dim of their own) that ``key_chunks`` name, ``kernel`` a family
         name or "auto", scores capped by ``softcap`` (> 0), ``learnable_sink`` (nheads,) in every row's denominator
-        (joined by the combine, where each row's head is known). Returns out (batch, seqlen_q, nheads, values' head
-        dim) and lse (batch, nheads, seqlen_q)
-        float32; a query with no key gets O = 0 and LSE = -inf (the sink, with one). Validated inputs only (the
-        callers' checks)."""
+        (joined by the combine, where each row's head is known), and the keys of ``tail`` under its mask. Returns
+        out (batch, seqlen_q, nheads, values' head dim) and lse (batch, nheads, seqlen_q) float32; a query with no
+        key gets O = 0 and LSE = -inf (the sink, with one). Validated inputs only (the callers' checks)."""
         from flashcute.interface import kernel_sink, varlen_outputs
 
         batch, seqlen_q, nheads, headdim = q.shape
@@ -156,14 +182,64 @@ class SplitPlan:
             queries, keys, values, cu_seqlens_q, cu_seqlens_k, None, key_used, rows, self.chunk, softmax_scale, -1,
             -1, kernel, softcap,
         )  # fmt: skip
+        partial_out = partial_out.view(batch, splits, rows, nheads_k, headdim_v)
+        partial_lse = partial_lse.view(nheads_k, batch, splits, rows)
+        if tail is not None:
+            partial_out, partial_lse = self._with_tail(
+                q, keys, values, tail, partial_out, partial_lse, softmax_scale, kernel, softcap
+            )
         prepost.combine(
-            partial_out.view(batch, splits, rows, nheads_k, headdim_v),
-            partial_lse.view(nheads_k, batch, splits, rows),
+            partial_out,
+            partial_lse,
             out.view(batch * seqlen_q, nheads_k, group, headdim_v).transpose(1, 2),
             lse.view(batch, nheads_k, group, seqlen_q),
             None if sink is None else sink.view(nheads_k, group),
         )
         return out, lse
+
+    def _with_tail(self, q, keys, values, tail, partial_out, partial_lse, softmax_scale, kernel, softcap):
+        """The splits' partial O and LSE with the tail's as one more split: the tail's keys attended by a masked
+        packed launch of q's rows as they lie (a mask needs each row's position, which packed rows do not give the
+        kernels), its O and LSE then laid out as the packed rows' (position, head in the group)."""
+        from flashcute.interface import varlen_outputs
+
+        batch, seqlen_q, nheads, headdim = q.shape
+        nheads_k, group, splits, headdim_v = self.nheads_k, self.group, self.splits, values.shape[-1]
+        cu_seqlens_q = row_starts(batch + 1, seqlen_q, self.device)
+        tail_out, tail_lse = varlen_outputs(
+            q.reshape(batch * seqlen_q, nheads, headdim), keys, values, cu_seqlens_q, tail.cu_seqlens_k, None,
+            tail.seqused_k, seqlen_q, tail.max_keys, softmax_scale, -1, tail.window_right, kernel, softcap,
+        )  # fmt: skip
+        tail_out = tail_out.view(batch, 1, seqlen_q, nheads_k, group, headdim_v).transpose(3, 4)
+        out = torch.cat((partial_out.view(batch, splits, seqlen_q, group, nheads_k, headdim_v), tail_out), dim=1)
+        tail_lse = tail_lse.view(nheads_k, group, batch, 1, seqlen_q).permute(0, 2, 3, 4, 1)
+        lse = torch.cat((partial_lse.view(nheads_k, batch, splits, seqlen_q, group), tail_lse), dim=2)
+        return out.view(batch, splits + 1, self.rows, nheads_k, headdim_v), lse.view(nheads_k, batch, splits + 1, -1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tail:
+    """Each sequence's last keys, which its several query rows see under a right-bounded mask (causal, bottom-right)
+    where they see every key before them alike: ``seqused_k`` (batch,) of them from ``cu_seqlens_k``'s starts
+    (batch + 1,), at most ``max_keys``; with that many keys, the mask is the kernels' window (-1, window_right)
+    aligned bottom-right (``tail_keys``)."""
+
+    cu_seqlens_k: torch.Tensor
+    seqused_k: torch.Tensor
+    max_keys: int
+    window_right: int
+
+
+def tail_keys(seqlen_q: int, window_left: int, window_right: int) -> int:
+    """How many of a sequence's last keys its seqlen_q queries see in part under a mask that a kernel window
+    (window_left, window_right) aligned bottom-right makes: query p of seqlen_q sees key j of seqlen_k keys when
+    j <= p + seqlen_k - seqlen_q + window_right, so every query sees the keys up to seqlen_k - seqlen_q +
+    window_right alike, and the seqlen_q - 1 - window_right after them are a tail that, as keys of their own
+    (seqlen_k' of them), the same window_right aligned bottom-right masks as before. 0 when every query sees the
+    same keys (no mask, one query, window_right >= seqlen_q - 1); None where a left window bounds the keys too."""
+    if window_left >= 0 and seqlen_q > 1:
+        return None
+    return max(seqlen_q - 1 - window_right, 0) if window_right >= 0 else 0
 
 
 @functools.lru_cache(maxsize=256)
@@ -186,12 +262,17 @@ def filled(batch: int, value: int, device) -> torch.Tensor:
     return _constant(("filled", batch, value, device), lambda: torch.full((batch,), value, device=device))
 
 
-def _constant(key: tuple, make) -> torch.Tensor:
-    """The int32 tensor ``make()`` gives, made once per key (not kept while a CUDA graph is captured); callers
-    never write it."""
+def indices(count: int, device) -> torch.Tensor:
+    """int64 (count,): 0 .. count - 1, as tensor indexing takes them. Read only, as row_starts'."""
+    return _constant(("indices", count, device), lambda: torch.arange(count, device=device), torch.int64)
+
+
+def _constant(key: tuple, make, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """The tensor ``make()`` gives, as ``dtype``, made once per key (not kept while a CUDA graph is captured);
+    callers never write it."""
     t = _constants.get(key)
     if t is None:
-        t = make().to(torch.int32)
+        t = make().to(dtype)
         if _kept(t) is not None:
             if len(_constants) >= 256:  # a program has a few cache shapes; one that changes every call starts over
                 _constants.clear()

@@ -1,7 +1,12 @@
+from collections.abc import Iterator
+
 import pytest
 import torch
 
+from flashcute import interface, splitkv, validation
 from flashcute.kernels import registry
+from flashcute.kernels.common import prepost
+from tests.helpers import PackedLaunchStandIn, combine_plainly
 
 
 def pytest_collection_modifyitems(config, items):
@@ -19,3 +24,24 @@ def kernel(request) -> str:
     if request.param not in registry.available():
         pytest.skip(f"kernel {request.param} does not run on this GPU")
     return request.param
+
+
+@pytest.fixture
+def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
+    """The split-KV path (flash_attn_with_kvcache, flash_attn_func) on CPU tensors: the CUDA kernels' input checks
+    pass them through, the packed launch is the float64 stand-in, the combine ``combine_plainly``, and split-KV
+    cuts keys into chunks of 2 (at least 4 to a split, for a GPU of 132 SMs), so that small caches split."""
+    launch = PackedLaunchStandIn()
+    monkeypatch.setattr(interface, "varlen_outputs", launch)
+    monkeypatch.setattr(prepost, "combine", combine_plainly)
+    for module in (validation, interface):
+        monkeypatch.setattr(module, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
+    for module in (splitkv, interface):
+        monkeypatch.setattr(module, "num_sms", lambda device: 132)
+    monkeypatch.setattr(splitkv, "KEY_TILE", 2)
+    monkeypatch.setattr(splitkv, "MIN_SPLIT_KEYS", 4)
+    splitkv.plan.cache_clear()  # plans made under these sizes stay with these tests
+    interface._plans.clear()
+    yield launch
+    splitkv.plan.cache_clear()
+    interface._plans.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -14,7 +15,7 @@ import torch
 from hypothesis import strategies as st
 
 from flashcute.cli import main
-from flashcute.reference import attention_ref, attention_same_precision
+from flashcute.reference import attention_ref, attention_same_precision, attention_varlen_ref
 
 LN2 = math.log(2)
 
@@ -229,3 +230,54 @@ def time_on_the_cpu(monkeypatch, clock) -> None:
     monkeypatch.setattr(runner, "wall_ms", lambda call: (5.0, call()))
     monkeypatch.setattr(runner, "gpu_time_ms", gpu_time_ms)
     monkeypatch.setattr(meta, "gpu", lambda: {"name": "a CPU stand-in"})
+
+
+class PackedLaunchStandIn:
+    """The packed-batch forward launch (interface.varlen_outputs) in float64 on the CPU, reading sequence b's rows
+    as the kernels do: cu_seqlens[b] + [0, min(cu_seqlens[b + 1] - cu_seqlens[b], seqused[b])), which must lie
+    inside the packed tensor and within max_seqlen. Records each call's packed tensors and sequence lengths."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+
+    def __call__(
+        self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+        window_left, window_right, kernel, softcap=0.0, learnable_sink=None, alibi_slopes=None,
+    ):  # fmt: skip
+        lengths = []
+        for cu, used, rows, longest in (
+            (cu_seqlens_q, seqused_q, q.shape[0], max_seqlen_q),
+            (cu_seqlens_k, seqused_k, k.shape[0], max_seqlen_k),
+        ):
+            starts = cu.tolist()
+            spans = [end - start for start, end in itertools.pairwise(starts)]
+            counts = [min(span, n) for span, n in zip(spans, spans if used is None else used.tolist(), strict=True)]
+            for b, n in enumerate(counts):
+                assert 0 <= n <= longest and starts[b] >= 0 and starts[b] + n <= rows, (b, starts, counts, rows)
+            lengths.append(counts)
+        self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1]})
+        out, lse = attention_varlen_ref(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, *(torch.tensor(n, dtype=torch.int32) for n in lengths),
+            softmax_scale, window_size=(window_left, window_right), softcap=softcap, learnable_sink=learnable_sink,
+            alibi_slopes=alibi_slopes, return_lse=True,
+        )  # fmt: skip
+        return out.to(q.dtype), lse  # LSE kept in float64 (the kernels' is float32): the splits merge exactly
+
+
+def combine_plainly(partial_out, partial_lse, out, lse, sink=None) -> None:
+    """prepost.combine's result in float64: partial_out (batch, splits, rows, nheads_k, headdim) and partial_lse
+    (nheads_k, batch, splits, rows) merged by their LSE weights into out (batch * seqlen_q, group, nheads_k,
+    headdim) and lse (batch, nheads_k, group, seqlen_q), a row being (position, head in the group); a sink
+    (nheads_k, group) joins as one more split with O = 0."""
+    batch, _, rows, nheads_k, headdim = partial_out.shape
+    lse_s = partial_lse.permute(1, 2, 3, 0).double()  # (batch, splits, rows, nheads_k)
+    if sink is not None:
+        sink_rows = sink.double().t().repeat(rows // sink.shape[1], 1)  # row (position, g) -> sink[:, g]
+        lse_s = torch.cat([lse_s, sink_rows.expand(batch, 1, rows, nheads_k)], dim=1)
+        partial_out = torch.cat([partial_out, partial_out.new_zeros(batch, 1, rows, nheads_k, headdim)], dim=1)
+    total = torch.logsumexp(lse_s, dim=1)
+    weights = torch.exp(lse_s - total[:, None]).nan_to_num(0.0)  # a row no split saw: 0, not NaN
+    merged = (weights[..., None] * partial_out.double()).sum(1)
+    group, seqlen_q = out.shape[1], lse.shape[3]
+    out.copy_(merged.reshape(batch * seqlen_q, group, nheads_k, headdim))
+    lse.copy_(total.view(batch, seqlen_q, group, nheads_k).permute(0, 3, 2, 1))

@@ -8,95 +8,40 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashcute
-from flashcute import interface, splitkv, validation
+from flashcute import interface, splitkv
 from flashcute.kernels.common import prepost
 from flashcute.kvcache import apply_rotary, flash_attn_with_kvcache
-from flashcute.reference import attention_kvcache_ref, attention_varlen_ref
+from flashcute.reference import attention_kvcache_ref
 from flashcute.validation import KvcacheArgs, validate_kvcache_args
 
 
-class PackedLaunchStandIn:
-    """The packed-batch forward launch (interface.varlen_outputs) in float64 on the CPU, reading sequence b's rows
-    as the kernels do: cu_seqlens[b] + [0, min(cu_seqlens[b + 1] - cu_seqlens[b], seqused[b])), which must lie
-    inside the packed tensor and within max_seqlen. Records each call's packed tensors and sequence lengths."""
-
-    def __init__(self):
-        self.calls: list[dict] = []
-
-    def __call__(
-        self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-        window_left, window_right, kernel, softcap=0.0, learnable_sink=None, alibi_slopes=None,
-    ):  # fmt: skip
-        lengths = []
-        for cu, used, rows, longest in (
-            (cu_seqlens_q, seqused_q, q.shape[0], max_seqlen_q),
-            (cu_seqlens_k, seqused_k, k.shape[0], max_seqlen_k),
-        ):
-            starts = cu.tolist()
-            spans = [end - start for start, end in itertools.pairwise(starts)]
-            counts = [min(span, n) for span, n in zip(spans, spans if used is None else used.tolist(), strict=True)]
-            for b, n in enumerate(counts):
-                assert 0 <= n <= longest and starts[b] >= 0 and starts[b] + n <= rows, (b, starts, counts, rows)
-            lengths.append(counts)
-        self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1]})
-        out, lse = attention_varlen_ref(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, *(torch.tensor(n, dtype=torch.int32) for n in lengths),
-            softmax_scale, window_size=(window_left, window_right), softcap=softcap, learnable_sink=learnable_sink,
-            alibi_slopes=alibi_slopes, return_lse=True,
-        )  # fmt: skip
-        return out.to(q.dtype), lse  # LSE kept in float64 (the kernels' is float32): the splits merge exactly
+def keys_per_sequence(calls: list[dict], batch: int) -> list[int]:
+    """The keys each sequence attended over the calls of one step (the splits' and the tail's), each call a packed
+    batch of batch x splits sequences."""
+    total = [0] * batch
+    for call in calls:
+        lengths = call["lengths_k"]
+        splits = len(lengths) // batch
+        for b in range(batch):
+            total[b] += sum(lengths[b * splits : (b + 1) * splits])
+    return total
 
 
-def combine_plainly(partial_out, partial_lse, out, lse, sink=None) -> None:
-    """prepost.combine's result in float64: partial_out (batch, splits, rows, nheads_k, headdim) and partial_lse
-    (nheads_k, batch, splits, rows) merged by their LSE weights into out (batch * seqlen_q, group, nheads_k,
-    headdim) and lse (batch, nheads_k, group, seqlen_q), a row being (position, head in the group); a sink
-    (nheads_k, group) joins as one more split with O = 0."""
-    batch, _, rows, nheads_k, headdim = partial_out.shape
-    lse_s = partial_lse.permute(1, 2, 3, 0).double()  # (batch, splits, rows, nheads_k)
-    if sink is not None:
-        sink_rows = sink.double().t().repeat(rows // sink.shape[1], 1)  # row (position, g) -> sink[:, g]
-        lse_s = torch.cat([lse_s, sink_rows.expand(batch, 1, rows, nheads_k)], dim=1)
-        partial_out = torch.cat([partial_out, partial_out.new_zeros(batch, 1, rows, nheads_k, headdim)], dim=1)
-    total = torch.logsumexp(lse_s, dim=1)
-    weights = torch.exp(lse_s - total[:, None]).nan_to_num(0.0)  # a row no split saw: 0, not NaN
-    merged = (weights[..., None] * partial_out.double()).sum(1)
-    group, seqlen_q = out.shape[1], lse.shape[3]
-    out.copy_(merged.reshape(batch * seqlen_q, group, nheads_k, headdim))
-    lse.copy_(total.view(batch, seqlen_q, group, nheads_k).permute(0, 3, 2, 1))
-
-
-@pytest.fixture
-def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
-    """flash_attn_with_kvcache on CPU tensors: the CUDA kernels' input checks pass them through, the packed
-    launch is the float64 stand-in, the combine ``combine_plainly``, and split-KV cuts keys into chunks of 2 (at
-    least 4 to a split, for a GPU of 132 SMs), so that these small caches split."""
-    launch = PackedLaunchStandIn()
-    monkeypatch.setattr(interface, "varlen_outputs", launch)
-    monkeypatch.setattr(prepost, "combine", combine_plainly)
-    monkeypatch.setattr(validation, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
-    monkeypatch.setattr(splitkv, "num_sms", lambda device: 132)
-    monkeypatch.setattr(splitkv, "KEY_TILE", 2)
-    monkeypatch.setattr(splitkv, "MIN_SPLIT_KEYS", 4)
-    splitkv.plan.cache_clear()  # plans made under these sizes stay with these tests
-    yield launch
-    splitkv.plan.cache_clear()
-
-
-def keys_per_sequence(call: dict, batch: int) -> list[int]:
-    """The keys each sequence of the call attended, its splits' summed (a packed batch of batch x splits)."""
-    lengths = call["lengths_k"]
-    splits = len(lengths) // batch
-    return [sum(lengths[b * splits : (b + 1) * splits]) for b in range(batch)]
+def check_tail_call(calls: list[dict], seqlen_q: int) -> None:
+    """One attention call a step, or two where several query rows under a mask take the split path: the second,
+    q's rows as they lie (unpacked), attends each sequence's tail of at most seqlen_q - 1 keys."""
+    assert len(calls) in (1, 2), "one attention call, and one for the tail's keys"
+    if len(calls) == 2:
+        assert seqlen_q > 1 and max(calls[1]["lengths_k"]) <= seqlen_q - 1, calls[1]["lengths_k"]
 
 
 def queries_of(call: dict, shape: tuple[int, ...]) -> torch.Tensor:
@@ -204,7 +149,8 @@ def test_rotary_positions_follow_flash_attn(stand_in, causal, window, per_row, i
     for b, i in itertools.product(range(batch), range(seqlen_new)):
         torch.testing.assert_close(k_cache[b, filled[b] + i], rotated_k[b, i], rtol=0, atol=1e-14)
         assert torch.equal(v_cache[b, filled[b] + i], v[b, i])
-    assert keys_per_sequence(stand_in.calls[0], batch) == [filled[0] + seqlen_new - 1, filled[1] + seqlen_new]
+    check_tail_call(stand_in.calls, seqlen_q)
+    assert keys_per_sequence(stand_in.calls, batch) == [filled[0] + seqlen_new - 1, filled[1] + seqlen_new]
 
 
 # ---- the whole call against attention_kvcache_ref --------------------------------------------------------------
@@ -408,14 +354,14 @@ def test_matches_the_reference_and_writes_only_the_new_slots(stand_in, case):
 
     out, lse = flash_attn_with_kvcache(**inputs, return_lse=True)
 
-    assert len(stand_in.calls) == 1, "one attention call"
+    check_tail_call(stand_in.calls, case.seqlen_q)
     assert out.shape == (case.batch, case.seqlen_q, case.nheads, case.headdim) and out.dtype == torch.float64
     assert lse.shape == (case.batch, case.nheads, case.seqlen_q) and lse.is_contiguous()
     torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
     empty = ref_lse == -math.inf
     assert torch.equal(lse == -math.inf, empty), "exactly the queries that see no key have LSE = -inf"
     torch.testing.assert_close(lse[~empty].float(), ref_lse[~empty].float())  # the stand-in's LSE is float64
-    assert keys_per_sequence(stand_in.calls[0], case.batch) == [case.attended(b) for b in range(case.batch)]
+    assert keys_per_sequence(stand_in.calls, case.batch) == [case.attended(b) for b in range(case.batch)]
 
     region, written = buffers["region"], case.written(inputs)
     for name, ref_cache in (("k", ref_k_cache), ("v", ref_v_cache)):
@@ -441,7 +387,7 @@ def test_a_repeated_cache_batch_idx_reads_the_same_row(stand_in):
     }
     out = flash_attn_with_kvcache(q, k_cache, v_cache, **inputs)
     torch.testing.assert_close(out, attention_kvcache_ref(q, k_cache, v_cache, **inputs)[0], rtol=0, atol=1e-12)
-    assert keys_per_sequence(stand_in.calls[0], 3) == [4, 3, 1]
+    assert keys_per_sequence(stand_in.calls, 3) == [4, 3, 1]
 
 
 @pytest.mark.parametrize("seqlen_q, causal", [(1, False), (3, True)], ids=["split", "packed"])
@@ -469,6 +415,20 @@ def test_v_cache_with_a_head_dim_of_its_own(stand_in, seqlen_q, causal, paged):
     torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
     assert torch.equal(k_cache, ref_k_cache) and torch.equal(v_cache, ref_v_cache)
+
+
+@pytest.mark.parametrize("seqlen_q, calls", [(32, 2), (33, 1)])
+def test_masked_rows_past_a_tile_run_as_one_masked_launch(stand_in, seqlen_q, calls):
+    """Several query rows under a causal mask split their keys with a masked tail while a tile holds them packed
+    (seqlen_q x 4 query heads a kv head <= 128 rows); a chunk of prefill past that runs as one masked launch."""
+    generator = torch.Generator().manual_seed(seqlen_q)
+    q = torch.randn(1, seqlen_q, 4, 8, generator=generator, dtype=torch.float64)
+    k_cache, v_cache = (torch.randn(1, 64, 1, 8, generator=generator, dtype=torch.float64) for _ in "kv")
+    lengths = torch.tensor([50], dtype=torch.int32)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, causal=True)
+    ref = attention_kvcache_ref(q, k_cache, v_cache, cache_seqlens=lengths, causal=True)[0]
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    assert len(stand_in.calls) == calls
 
 
 def test_builds_no_autograd_graph(stand_in):
@@ -609,3 +569,58 @@ def test_resolves_the_capacity_and_the_rotary_rule():
 def test_the_reference_checks_the_values(changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         attention_kvcache_ref(**valid(**changes))
+
+
+class DeviceWork(TorchDispatchMode):
+    """Records the tensor operations that write memory (one or more kernel launches each on a GPU), leaving out
+    views and allocations, and whatever runs while ``paused``."""
+
+    METADATA = frozenset(
+        ("view", "_unsafe_view", "unsqueeze", "slice", "select", "transpose", "expand", "alias", "empty", "new_empty")
+    )
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+        self.paused = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not self.paused and name not in self.METADATA:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+    def pausing(self, fn):
+        def paused(*args, **kwargs):
+            self.paused = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.paused = False
+
+        return paused
+
+
+@pytest.mark.parametrize(
+    "lengths, expected",
+    [
+        # the new keys' positions, their two writes, the chunks' key counts (an add and a clamp), the queries' copy
+        (torch.tensor([5, 60, 0], dtype=torch.int32), ["add", "index_put_", "index_put_", "add", "clamp_", "clone"]),
+        (17, ["add", "index_put_", "index_put_", "clone"]),  # one length for all: constant chunks
+    ],
+)
+def test_a_decoding_step_launches_little_besides_the_attention(monkeypatch, stand_in, lengths, expected):
+    """A step of one query row a sequence (the append, split-KV, grouped-query packing): the tensor operations
+    around the attention and the combine, once the call's constants exist. Each is a launch on the GPU, where a
+    small step costs about what its launches cost (docs/decoding.md)."""
+    work = DeviceWork()
+    monkeypatch.setattr(interface, "varlen_outputs", work.pausing(interface.varlen_outputs))
+    monkeypatch.setattr(prepost, "combine", work.pausing(prepost.combine))
+    q = torch.randn(3, 1, 4, 8, dtype=torch.float64)
+    k_cache, v_cache = (torch.randn(3, 64, 2, 8, dtype=torch.float64) for _ in "kv")
+    k, v = (torch.randn(3, 1, 2, 8, dtype=torch.float64) for _ in "kv")
+    flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, causal=True)
+    assert splitkv.plan(3, 1, 4, 2, 64, 0, q.device).splits > 1
+    with work:
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, causal=True)
+    assert work.ops == expected

@@ -11,6 +11,7 @@ import torch
 
 import flashcute
 from flashcute import interface, splitkv
+from flashcute.reference import attention_ref
 from flashcute.validation import validate_attention_args
 from tests.helpers import check_against_spec
 
@@ -74,16 +75,49 @@ def test_a_cache_filled_to_one_length_makes_its_chunks_once(monkeypatch):
     assert chunks[1].tolist() == [1408, 1408, 174, 1408, 1408, 174]  # 3 chunks of 11 key tiles, the last partial
 
 
+def _sequences_rows(chunks: tuple[torch.Tensor, torch.Tensor], splits: int) -> list[list[int]]:
+    """The key rows each sequence's chunks read by the kernels' rule (SeqLens): min(span, seqused) rows from each
+    chunk's start. Checks that the starts are in order and that what is read lies inside the packed rows."""
+    cu, used = (t.tolist() for t in chunks)
+    assert cu == sorted(cu), cu
+    rows: list[list[int]] = [[] for _ in range(len(used) // splits)]
+    for v, start in enumerate(cu[:-1]):
+        count = min(cu[v + 1] - start, used[v])
+        assert count >= 0 and start + count <= cu[-1], (v, cu, used)
+        rows[v // splits].extend(range(start, start + count))
+    return rows
+
+
+def test_chunks_of_an_appended_cache_read_what_key_chunks_read():
+    """SplitPlan.appended_chunks (two tensor operations a call, constant starts) against key_chunks of the clamped
+    ends: every sequence reads the same rows, and a cache filled past its capacity (a caller's error) or below 0
+    reads none of the next sequence's."""
+    capacity, added = 1000, 3
+    plan = splitkv.SplitPlan(4, 1, 8, 2, capacity, 3, "cpu")
+    assert (plan.splits, plan.chunk) == (3, 384)
+    first = splitkv.row_starts(4, capacity, "cpu")
+    for lengths in ([0, 381, 997, 500], [1200, -7, 383, 765], [-3, 0, 1, 2]):
+        lengths = torch.tensor(lengths, dtype=torch.int32)
+        got = plan.appended_chunks(lengths, added, capacity)
+        want = plan.key_chunks(first, (lengths + added).clamp(0, capacity), 4 * capacity)
+        assert _sequences_rows(got, plan.splits) == _sequences_rows(want, plan.splits)
+    assert plan.appended_chunks(lengths, added, capacity)[0] is got[0], "the starts are made once"
+
+
 @pytest.mark.parametrize(
     "sizes, options, expected",
     [
-        ((8, 1, 32768, 32, 8), {}, (0, 32768)),  # decoding with grouped-query heads
-        ((8, 1, 32768, 8, 8), {}, (0, 32768)),  # 64 walks on 132 SMs: split
-        ((8, 1, 32768, 8, 8), {"causal": True}, (0, 32768)),
-        ((8, 1, 32768, 8, 8), {"window_size": (4095, 0)}, (28672, 32768)),
+        ((8, 1, 32768, 32, 8), {}, (0, 32768, 0)),  # decoding with grouped-query heads
+        ((8, 1, 32768, 8, 8), {}, (0, 32768, 0)),  # 64 walks on 132 SMs: split
+        ((8, 1, 32768, 8, 8), {"causal": True}, (0, 32768, 0)),
+        ((8, 1, 32768, 8, 8), {"window_size": (4095, 0)}, (28672, 32768, 0)),
         ((8, 1, 32768, 8, 8), {"causal": True, "causal_align": "top_left"}, None),  # one key
-        ((8, 4, 32768, 32, 8), {}, (0, 32768)),  # a few unmasked queries
-        ((8, 4, 32768, 32, 8), {"causal": True}, None),  # several queries under a mask: their own rows
+        ((8, 4, 32768, 32, 8), {}, (0, 32768, 0)),  # a few unmasked queries
+        ((8, 4, 32768, 32, 8), {"causal": True}, (0, 32765, 3)),  # several under a mask: a tail of 3 keys
+        ((8, 4, 32768, 32, 8), {"window_size": (-1, 1)}, (0, 32766, 2)),
+        ((8, 4, 32768, 32, 8), {"window_size": (-1, 3)}, (0, 32768, 0)),  # every query sees every key
+        ((8, 4, 32768, 32, 8), {"causal": True, "causal_align": "top_left"}, None),
+        ((8, 4, 32768, 32, 8), {"window_size": (100, 0)}, None),  # a left window: each row its own keys
         ((64, 1, 32768, 32, 32), {}, None),  # 2048 walks fill the GPU, nothing to pack
         ((8, 1, 1000, 32, 8), {}, None),  # too few keys to split
         ((8, 64, 32768, 32, 8), {}, None),  # 256 packed rows: a prefill, not a decode
@@ -91,6 +125,30 @@ def test_a_cache_filled_to_one_length_makes_its_chunks_once(monkeypatch):
 )
 def test_which_dense_calls_split(monkeypatch, sizes, options, expected):
     assert _key_range(monkeypatch, *sizes, **options) == expected
+
+
+@pytest.mark.parametrize(
+    "seqlen_q, seqlen_k, options",
+    [
+        (4, 50, {"causal": True}),  # a tail of 3 keys
+        (3, 41, {"window_size": (-1, 1)}),  # a tail of 1
+        (4, 50, {}),  # no mask, no tail
+        (2, 50, {"causal": True, "softcap": 5.0}),
+    ],
+)
+def test_dense_calls_of_a_few_rows_split_their_keys(stand_in, seqlen_q, seqlen_k, options):
+    """flash_attn_func's split path on the float64 stand-ins: a few query rows (grouped-query packed) attend the
+    keys that they all see in split chunks and, under a right-bounded mask, each sequence's last keys in a masked
+    launch of their own, merged as one more split; against the spec."""
+    generator = torch.Generator().manual_seed(seqlen_k)
+    q = torch.randn(2, seqlen_q, 8, 16, generator=generator, dtype=torch.float64)
+    k, v = (torch.randn(2, seqlen_k, 2, 16, generator=generator, dtype=torch.float64) for _ in "kv")
+    out, lse = flashcute.flash_attn_func(q, k, v, return_lse=True, **options)
+    ref_out, ref_lse = attention_ref(q, k, v, return_lse=True, **options)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(lse, ref_lse.float(), rtol=1e-6, atol=1e-6)
+    assert len(stand_in.calls) == (2 if "causal" in options or "window_size" in options else 1)
+    assert len(stand_in.calls[0]["lengths_k"]) > 2, "each sequence's keys in several chunks"
 
 
 # ---- on the GPU ----------------------------------------------------------------------------------------------
@@ -149,6 +207,8 @@ def _kernels() -> list[str]:
         (1, 6, 1, 96, {"window_size": (300, 0)}),
         (3, 8, 2, 256, {}),
         (1, 16, 2, 128, {"softmax_scale": 0.3}),
+        (4, 8, 2, 128, {"causal": True}),  # speculative decoding: the split keys and a masked tail
+        (3, 4, 1, 64, {"window_size": (-1, 1)}),
     ],
 )
 def test_decoding_matches_the_spec(kernel, num_splits, seqlen_q, nheads, nheads_k, headdim, options):
@@ -180,6 +240,8 @@ def test_decoding_matches_the_spec(kernel, num_splits, seqlen_q, nheads, nheads_
         (3, 1, 2500, 4, 4, {"causal": True}),
         (2, 1, 5000, 8, 1, {"window_size": (1500, 0)}),
         (2, 2, 4000, 8, 2, {}),
+        (2, 4, 3000, 8, 2, {"causal": True}),
+        (1, 3, 2000, 6, 3, {"window_size": (-1, 1), "softcap": 20.0}),
     ],
 )
 def test_dense_decoding_takes_the_split_path(monkeypatch, kernel, batch, seqlen_q, seqlen_k, nheads, nheads_k, options):
