@@ -175,6 +175,20 @@ def test_deterministic_is_bitwise_reproducible_and_right(mask, head_dim, kernel)
         assert torch.equal(first, second)
 
 
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_deterministic_without_a_mask_over_several_spans(head_dim, kernel):
+    """More K/V tiles than a rotation span (scheduler.ROTATION_SPAN: 34 of 128 keys at D=64, 68 of 64 at D=256) and
+    than Q tiles, GQA: the Hopper kernel's rotated walks add in one fixed order, and every tile's adds arrive."""
+    q = randn(1, 200, 4, head_dim)
+    k, v = (randn(1, 4300, 2, head_dim) for _ in "kv")
+    check_grads(q, k, v, deterministic=True, kernel=kernel)
+    dout = torch.randn_like(q)
+    attend = partial(flashcute.flash_attn_func, deterministic=True, kernel=kernel)
+    runs = [grads(attend, q, k, v, dout) for _ in "ab"]
+    for first, second in zip(*runs, strict=True):
+        assert torch.equal(first, second)
+
+
 def test_torch_compile_fullgraph_forward_and_backward():
     q = randn(2, 256, 4, 64)
     k, v = (randn(2, 256, 4, 64) for _ in "kv")

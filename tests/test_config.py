@@ -188,8 +188,12 @@ def test_sm90_bwd_head_dims():
         assert sm90_bwd_config(head_dim, "float16").exact_head_dim
     # D=96 splits dQ's head dim 48 + 48, in K's 16-column swizzle atoms
     assert sm90_bwd_config(96, "bfloat16").dq_split_rows is False
-    # over 128 the queries are rows: 64 of them against 64 keys; D=256 keeps one Q/dO stage for its dQ tile
-    assert [sm90_bwd_config(d, "bfloat16").num_stages for d in (128, 192, 256)] == [2, 2, 1]
+    # over 128 the queries are rows: 64 of them against 96 keys at D=192, 64 at D=256, each with one Q/dO stage
+    # beside its dQ tile (two do not fit); the keys-as-rows kernels keep two
+    tiles = [(c.block_m, c.block_n, c.num_stages) for c in (sm90_bwd_config(d, "bfloat16") for d in (128, 192, 256))]
+    assert tiles == [(64, 128, 2), (64, 96, 1), (64, 64, 1)]
+    # with softcap and ALiBi together (a copy of the capped scores beside the bias) D=192 keeps 64-key tiles
+    assert sm90_bwd_config(192, "bfloat16", softcap=True, alibi=True).block_n == 64
     assert all(sm90_bwd_config(d, "float16").wide for d in (136, 192, 200, 256))
 
 

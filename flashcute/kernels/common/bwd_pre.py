@@ -6,6 +6,10 @@ each value is read once), multiplies and adds its share of a row in fp32, and th
 finish the sum with butterfly shuffles; the thread holding column 0 writes D. When the dK/dV kernel adds dQ with
 atomics, the same thread blocks also zero those rows of the fp32 accumulator, so no separate memset pass runs.
 
+With ``early_next`` (sm_90 and newer) every thread block, once its loads are issued, lets the next kernel on the
+stream start (programmatic dependent launch): the Hopper backward, launched so, loads K and V meanwhile and waits
+for this grid to finish before it reads LSE and D (griddepcontrol.wait).
+
 Rows past seqlen_q are not read. With ``lse_log2`` the same threads also write LSE * log2(e) per row into a second
 tensor shaped like D, +inf where LSE = -inf (a row that saw no key: its recomputed P is then 0), and both may hold
 more rows than seqlen_q (a backward that reads whole Q tiles of them): there D = 0 and LSE * log2(e) = +inf. These
@@ -30,8 +34,9 @@ class FlashAttentionBackwardPreprocess:
     """D = rowsum(dO * O) in fp32 (and dQaccum zeroed, with ``clear_dq_accum``; LSE * log2(e), with
     ``lse_log2``). Construct from a BwdPreConfig."""
 
-    def __init__(self, config: BwdPreConfig):
+    def __init__(self, config: BwdPreConfig, early_next: bool = False):
         self.config = config
+        self.early_next = early_next
         self.dtype = CUTLASS_DTYPES[config.dtype]
         self.block_m = config.block_m
         self.head_dim_padded = config.head_dim_padded
@@ -104,6 +109,8 @@ class FlashAttentionBackwardPreprocess:
             if cutlass.const_expr(check_hdim):
                 dst.fill(0)
             gcopy.copy_rows(gmem_tiled_copy, src, dst, tOcO, t0OcO, pred_k, rows_left, True, check_hdim, False)
+        if cutlass.const_expr(self.early_next):
+            cute.arch.griddepcontrol_launch_dependents()
 
         # ---- dQaccum = 0 over the same rows, while the loads are in flight
         if cutlass.const_expr(mdQaccum is not None):

@@ -30,7 +30,9 @@ def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dum
         padded_rows = fake_stats((p.batch, p.nheads, cute.sym_int()))  # D's rows: seqlen_q, or whole Q tiles
         lse = (p.row_stats(), padded_rows) if config.lse_log2 else (None, None)
         tensors = (p.q_like(), p.q_like(), padded_rows, dq_accum, *lse)
-        return compile_kernel(FlashAttentionBackwardPreprocess(config), config, arch, dump_dir, *tensors, scalars=())
+        # the Hopper backward's preprocess (LSE * log2(e) too) lets that kernel start while it ends
+        kernel = FlashAttentionBackwardPreprocess(config, early_next=config.lse_log2 and arch == "sm_90a")
+        return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=())
     if isinstance(config, CombineConfig):
         from flashcute.kernels.common.combine import SplitKvCombine
 

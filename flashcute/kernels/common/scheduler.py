@@ -11,7 +11,9 @@ The Hopper forward is persistent: a grid of one thread block per SM starts on ti
 then claims the next tile in this order from a global counter as it finishes one, so longest first also holds
 across blocks that run at different speeds.
 The Hopper backward orders its (n_block, kv head, batch) tiles with the same tile_coords, n_block counted from
-the first: there the first K/V tiles are seen by the most Q tiles.
+the first: there the first K/V tiles are seen by the most Q tiles. Its deterministic kernels without a mask also
+rotate each K/V tile's walk over the Q tiles (rotated_place), so that the K/V tiles of a head, which start side by
+side, do not all queue for the same Q tile's dQ.
 Plain Python arithmetic, like TileInfo: Int32 values in a kernel, ints in tests/test_scheduler.py.
 """
 
@@ -84,3 +86,42 @@ def _pick(cond, if_true, if_false):
     if isinstance(cond, bool):
         return if_true if cond else if_false
     return Int32(cutlass.select_(cond, if_true, if_false))
+
+
+ROTATION_SPAN = 32
+"""K/V tiles whose walks rotate together in the deterministic backward: every Hopper GPU holds 32 of its thread
+blocks at once (one an SM), so the tiles of a span, which wait for each other, are all running (with 128-key tiles
+a span is a whole head up to 4k keys)."""
+
+
+def rotation(n_block, num_m_blocks):
+    """Where K/V tile n_block's walk starts among its num_m_blocks Q tiles (> 0): its place in its span, wrapped."""
+    return n_block % ROTATION_SPAN % num_m_blocks
+
+
+def rotated(r, start, num_m_blocks):
+    """The r-th Q tile (0-based) of a walk that starts at Q tile ``start`` and wraps (both below num_m_blocks)."""
+    q_tile = r + start
+    return _pick(q_tile >= num_m_blocks, q_tile - num_m_blocks, q_tile)
+
+
+def rotated_place(n_block, m_block, num_n_blocks, num_m_blocks):
+    """K/V tile n_block's place among the num_n_blocks that add into Q tile m_block's dQ (of num_m_blocks, > 0),
+    when every tile walks the Q tiles from its rotation on: the spans in launch order, inside a span in the order
+    the walks reach the Q tile when they step together (then by n_block), so a tile waits only for tiles of its own
+    span, running beside it, or of spans launched before it.
+
+    Inside a span of n tiles (the last may be short), tile l reaches Q tile u at step d(l) = (u - l) mod M; its
+    place counts the tiles that reach u at an earlier step, n // M a step plus one for each of the n % M residues
+    (u - e) mod M, e < d(l), below n % M, and those that reach it at the same step with a lower n_block."""
+    m = num_m_blocks
+    span = n_block // ROTATION_SPAN
+    first = span * ROTATION_SPAN
+    n = cutlass.min(num_n_blocks - first, ROTATION_SPAN)
+    local = n_block - first
+    d = (m_block - local % m + m) % m
+    full, rest = n // m, n % m
+    # residues u, u - 1, ..., u - d + 1 (mod m) below rest: [u - d + 1, u] without wrapping, [m + u - d + 1, m) after
+    low = cutlass.max(cutlass.min(m_block + 1, rest) - cutlass.max(m_block - d + 1, 0), 0)
+    wrapped = cutlass.max(rest - (m + m_block - d + 1), 0)
+    return first + full * d + low + wrapped + local // m

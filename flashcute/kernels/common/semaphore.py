@@ -2,8 +2,9 @@
 reaches its place in a fixed order, adds, and moves the counter on (the deterministic Hopper backward's dQ).
 
 The wait reads with acquire semantics and the step writes with release semantics at GPU scope, so what a block
-added before its step is visible to the block that waited for it. The order must follow the launch order: a
-block may wait only for blocks launched before it, which are running or done.
+added before its step is visible to the block that waited for it. The order must not deadlock: a block may wait
+only for blocks launched before it, which are running or done, or for the few launched beside it that the GPU runs
+at the same time (scheduler.ROTATION_SPAN).
 """
 
 import cutlass.cute as cute

@@ -25,7 +25,10 @@ free, and (dv_before_ds) write it while dK's MMA runs (docs/tuning-sm90.md, Back
 
 Warpgroup 0 is the producer: one warp loads K and V once, then Q with its LSE and dO with its D for every Q tile
 into a ring of num_stages buffers guarded by mbarriers (TMA for the tiles, bulk copies for the two rows of
-statistics); another is the dQ writer. Warpgroups 1 and 2 are consumers, 64 key rows each. The host passes
+statistics); another is the dQ writer. The kernel is launched to start while the preprocess ends (programmatic
+dependent launch): the producer issues K's and V's loads, then waits for the preprocess's grid to finish before it
+reads the statistics (nothing else reads what the preprocess writes before they arrive). Warpgroups 1 and 2 are
+consumers, 64 key rows each. The host passes
 LSE * log2(e) and D padded to whole Q tiles (+inf and 0 past seqlen_q, +inf where a row saw no key), so the
 recomputed P is 0 on every row that must not contribute. K/V rows past seqlen_k load as zeros and are masked,
 so no NaN reaches dQ. In a packed batch (common/seqlen.py) those rows are the next sequence's, as finite and as
@@ -51,7 +54,7 @@ from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.epilogue import store_o
 from flashcute.kernels.common.limits import MAX_SMEM_BYTES, dtype_limits
 from flashcute.kernels.common.mask import TransposedMask
-from flashcute.kernels.common.scheduler import heads_per_section, tile_coords
+from flashcute.kernels.common.scheduler import heads_per_section, rotated, rotated_place, rotation, tile_coords
 from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad_kept, softcap_grad_t, softcap_scales
 from flashcute.kernels.common.softmax import recompute_probs_t, softmax_grad_t
@@ -100,6 +103,10 @@ class FlashAttentionBackwardSm90:
         self.num_stages = config.num_stages
         # columns of the dQ tile one consumer warpgroup adds
         self.dq_cols = config.head_dim_padded if config.dq_split_rows else config.head_dim_padded // 2
+        # deterministic without a mask: each K/V tile walks the Q tiles from its own start (scheduler.rotation), so
+        # that the K/V tiles of a head, which see the same Q tiles and start side by side, do not queue for each
+        # Q tile's dQ one after another
+        self.rotates = config.deterministic and not (config.mask_right or config.mask_left)
 
     @classmethod
     def can_implement(cls, config: Sm90BwdConfig, arch: str) -> str | None:
@@ -267,6 +274,7 @@ class FlashAttentionBackwardSm90:
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
             min_blocks_per_mp=1,
+            use_pdl=True,  # starts while the preprocess ends (bwd_pre.py), which the producer waits for
         )
 
     # ---------------------------------------------------------------- device side
@@ -381,6 +389,7 @@ class FlashAttentionBackwardSm90:
             m_block_min=m_block_min,
             m_block_max=m_block_max,
             num_m_blocks=m_block_max - m_block_min,
+            start=rotation(n_block, cutlass.max(m_block_max - m_block_min, 1)) if self.rotates else 0,
         )
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
@@ -437,14 +446,15 @@ class FlashAttentionBackwardSm90:
             barrier = pipe_kv.producer_get_barrier(kv_state)
             cute.copy(tma_K, tKgK[None, work.n_block], tKsK[None, 0], tma_bar_ptr=barrier)
             cute.copy(tma_V, tVgV[None, work.n_block], tVsV[None, 0], tma_bar_ptr=barrier)
+        # the preprocess's LSE, D and zeroed dQ accumulator: complete and visible once its grid has finished
+        cute.arch.griddepcontrol_wait()
         bulk = cute.make_copy_atom(cpasync.CopyBulkG2SOp(), Float32)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         # this sequence's rows of every query head (sliced out before the loop: SeqLens.heads_q)
         mQ_s, mdO_s = (work.seq.heads_q(mX, 0) for mX in (mQ, mdO))
         mLSE_s, mD_s = (work.seq.heads_stats(mX, work.stats_offset) for mX in (mLSE, mD))
         for t in cutlass.range(num_tiles, unroll=1):
-            head_idx = work.first_head_idx + t // work.num_m_blocks
-            m_block = work.m_block_min + t % work.num_m_blocks
+            head_idx, m_block = self.walk_tile(work, t)
             for pipe, tma_atom, mX, sX, mStat, sStat in (
                 (pipe_q, tma_Q, mQ_s, smem.sQ, mLSE_s, smem.sLSE),
                 (pipe_do, tma_dO, mdO_s, smem.sdO, mD_s, smem.sD),
@@ -474,19 +484,22 @@ class FlashAttentionBackwardSm90:
 
         With config.deterministic the K/V tiles add into a Q tile in a fixed order, the launch order (first K/V
         tile first, common/semaphore.py): the writer waits until the Q tile's counter says that every K/V tile
-        before this one has added, adds, waits until its adds are done, and moves the counter on."""
+        before this one has added, adds, and once its adds are done (not only read) moves the counter on. It
+        frees the consumers' dQ tiles first, as soon as the adds have read them, so that the consumers stage the
+        next dQ while the adds complete and the writer waits its next turn."""
         mdQ_s = work.seq.heads_q(mdQaccum, 0)  # this sequence's rows of every query head
         counters = None
         if cutlass.const_expr(self.config.deterministic):  # this sequence's Q tiles' counters, every query head
             counters = work.seq.heads_stats(mSemaphore, work.stats_offset // self.block_m)
-        for t in cutlass.range(work.qheads_per_kvhead * work.num_m_blocks, unroll=1):
-            head_idx = work.first_head_idx + t // work.num_m_blocks
-            m_block = work.m_block_min + t % work.num_m_blocks
+        num_tiles = work.qheads_per_kvhead * work.num_m_blocks
+        for t in cutlass.range(num_tiles, unroll=1):
+            head_idx, m_block = self.walk_tile(work, t)
             for wg in cutlass.range_constexpr(2):
                 cute.arch.cp_async_bulk_wait_group(1 - wg, read=True)  # this warpgroup's last reduce-add has read
                 cute.arch.barrier_arrive(barrier_id=DQ_EMPTY_BARRIER + wg, number_of_threads=DQ_HANDOFF_THREADS)
             if cutlass.const_expr(self.config.deterministic):
-                self.wait_turn(counters, tile_info, work.n_block, head_idx, m_block)
+                self.end_turn(counters, work, t - 1)
+                self.wait_turn(counters, tile_info, work, head_idx, m_block)
             for wg in cutlass.range_constexpr(2):
                 # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
                 box = (m_block * 2 + wg, 0) if cutlass.const_expr(self.config.dq_split_rows) else (m_block, wg)
@@ -500,17 +513,45 @@ class FlashAttentionBackwardSm90:
                 )
                 cute.copy(tma_dQ, tdQsdQ, tdQgdQ)
                 cute.arch.cp_async_bulk_commit_group()
-            if cutlass.const_expr(self.config.deterministic):
-                cute.arch.cp_async_bulk_wait_group(0, read=False)  # the adds are done, not only read
-                if cute.arch.lane_idx() == 0:
-                    semaphore.step(counters[head_idx, None].iterator + m_block)
+        if cutlass.const_expr(self.config.deterministic):
+            self.end_turn(counters, work, num_tiles - 1)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # shared memory stays until the last reduce-add has read it
 
     @cute.jit
-    def wait_turn(self, counters: cute.Tensor, tile_info: TileInfo, n_block: Int32, head_idx: Int32, m_block: Int32):
-        """Wait until the K/V tiles before n_block that see Q tile m_block have added into its dQ (one lane spins,
-        the warp waits for it)."""
-        place = n_block - tile_info.n_block_range(m_block)[0]
+    def end_turn(self, counters: cute.Tensor, work: SimpleNamespace, t: Int32):
+        """Once the reduce-adds of the writer's t-th (query head, Q tile) are done, not only read, move that Q
+        tile's counter on: the next K/V tile's turn (one lane); nothing for t < 0."""
+        if t >= 0:
+            cute.arch.cp_async_bulk_wait_group(0, read=False)
+            if cute.arch.lane_idx() == 0:
+                head_idx, m_block = self.walk_tile(work, t)
+                semaphore.step(counters[head_idx, None].iterator + m_block)
+
+    def walk_tile(self, work: SimpleNamespace, t: Int32) -> tuple:
+        """(query head, Q tile) of the walk's t-th step: the query heads in turn, each over the Q tiles from
+        work.start on."""
+        head_idx = work.first_head_idx + t // work.num_m_blocks
+        return head_idx, work.m_block_min + self.walk_offset(work, t % work.num_m_blocks)
+
+    def walk_tile_of(self, work: SimpleNamespace, m_block: Int32) -> Int32:
+        """The Q tile a query head visits at the position of m_block in unrotated order."""
+        return work.m_block_min + self.walk_offset(work, m_block - work.m_block_min)
+
+    def walk_offset(self, work: SimpleNamespace, r: Int32) -> Int32:
+        """The Q tile (from m_block_min) of a query head's r-th step."""
+        return rotated(r, work.start, work.num_m_blocks) if self.rotates else r
+
+    @cute.jit
+    def wait_turn(
+        self, counters: cute.Tensor, tile_info: TileInfo, work: SimpleNamespace, head_idx: Int32, m_block: Int32
+    ):
+        """Wait until the K/V tiles before this one that see Q tile m_block have added into its dQ (one lane
+        spins, the warp waits for it)."""
+        n_lo, n_hi = tile_info.n_block_range(m_block)
+        if cutlass.const_expr(self.rotates):  # no mask: every K/V tile sees every Q tile (m_block_min is 0)
+            place = rotated_place(work.n_block, m_block, n_hi, work.num_m_blocks)
+        else:
+            place = work.n_block - n_lo
         counter = counters[head_idx, None].iterator + m_block
         if cute.arch.lane_idx() == 0:
             semaphore.wait_for(counter, place)
@@ -607,12 +648,13 @@ class FlashAttentionBackwardSm90:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         for h in cutlass.range(work.qheads_per_kvhead, unroll=1):
             head_idx = work.first_head_idx + h
+            # without a mask every step of a K/V tile is masked alike, so rotated positions keep the runs
             for m_block in cutlass.range(work.m_block_min, free_start, unroll=1):
-                state = step(state, head_idx, m_block, True)
+                state = step(state, head_idx, self.walk_tile_of(work, m_block), True)
             for m_block in cutlass.range(free_start, free_end, unroll=1):
-                state = step(state, head_idx, m_block, False)
+                state = step(state, head_idx, self.walk_tile_of(work, m_block), False)
             for m_block in cutlass.range(free_end, work.m_block_max, unroll=1):
-                state = step(state, head_idx, m_block, True)
+                state = step(state, head_idx, self.walk_tile_of(work, m_block), True)
 
     @cute.jit
     def store_dk_dv(

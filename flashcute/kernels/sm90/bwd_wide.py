@@ -59,8 +59,8 @@ class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
     def smem_layouts(self) -> tuple:
         """As the keys-as-rows kernel's, but the dS buffers hold two of P and two of dS (P of odd steps, of even,
         then dS's), each a (block_m, block_n) tile, keys contiguous: a warpgroup writes a step's P and dS while
-        the other may still read the step before's, whatever the number of Q stages. Swizzle atoms as wide as a
-        warpgroup's keys, which the dV^T and dK^T MMAs partition their B operands into."""
+        the other may still read the step before's. Swizzle atoms of the widest kind that divides a warpgroup's
+        keys (32 columns of 32 keys, 16 of 48), which the dV^T and dK^T MMAs partition their B operands into."""
         layouts = list(super().smem_layouts())
         layouts[3] = tma.smem_layout(self.dtype, self.block_m, self.block_n, 4, atom_cols=self.block_n // 2)
         return tuple(layouts)
@@ -121,9 +121,8 @@ class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
     ):
         """Steps 3 to 6 for one Q tile of one query head; returns the advanced pipeline state."""
         bm, bn, d = self.block_m, self.block_n, self.head_dim_padded
-        stage = state.index
-        # P's and dS's buffers alternate step by step (with one stage, its phase does)
-        buffer = stage if cutlass.const_expr(self.num_stages > 1) else state.phase
+        stage = state.index  # one Q/dO stage (Sm90BwdConfig.num_stages)
+        buffer = state.phase  # P's and dS's buffers alternate step by step, as the pipeline's phase does
         # step 3: S = Q K^T, then dP = dO V^T, both in flight while softmax waits for S
         acc_S = mma.thr_sdp.make_fragment_C(mma.thr_sdp.partition_shape_C((bm, bn)))
         acc_dP = mma.thr_sdp.make_fragment_C(mma.thr_sdp.partition_shape_C((bm, bn)))
@@ -160,21 +159,13 @@ class FlashAttentionBackwardSm90Wide(FlashAttentionBackwardSm90):
         dkv = partial(gemm, mma.tiled_mma_dkv)
         dO_t, Q_t = mma.tdVrdOt[None, None, None, stage], mma.tdKrQt[None, None, None, stage]
         P, dS = mma.tdKVrPdS[None, None, None, buffer], mma.tdKVrPdS[None, None, None, 2 + buffer]
-        if cutlass.const_expr(self.num_stages > 1):  # dQ first: it goes to shared memory while dV's and dK's MMAs run
-            dq(-1)
-            dkv(mma.acc_dV, dO_t, P, False, -1)
-            dkv(mma.acc_dK, Q_t, dS, False, 2)  # dQ's is done
-            self.stage_dq(mma, acc_dQ)
-            warpgroup.wait_group(0)  # dV is done with dO, dK with Q
-            pipes.do.consumer_release(state)
-            pipes.q.consumer_release(state)
-        else:  # one stage: dV's and dK's first, so that the next Q and dO load while dQ's MMA runs and leaves
-            dkv(mma.acc_dV, dO_t, P, False, -1)
-            dkv(mma.acc_dK, Q_t, dS, False, -1)
-            dq(1)  # dV and dK are done with dO and Q
-            pipes.do.consumer_release(state)
-            pipes.q.consumer_release(state)
-            warpgroup.wait_group(0)
-            self.stage_dq(mma, acc_dQ)
+        # dV's and dK's MMAs first, so that the next Q and dO load while dQ's MMA runs and leaves
+        dkv(mma.acc_dV, dO_t, P, False, -1)
+        dkv(mma.acc_dK, Q_t, dS, False, -1)
+        dq(1)  # dV and dK are done with dO and Q
+        pipes.do.consumer_release(state)
+        pipes.q.consumer_release(state)
+        warpgroup.wait_group(0)
+        self.stage_dq(mma, acc_dQ)
         state.advance()
         return state

@@ -205,7 +205,7 @@ class Sm90BwdConfig:
     dv_before_ds: dV's MMA is issued as soon as P^T is in registers and runs while dS^T is computed, and dK's runs
     while dQ goes to shared memory; else dV's and dK's are issued together once dS^T is in registers, and dQ waits
     for both (P^T's registers are then free while dS^T is computed). The keys-as-rows kernel's only: the wide one
-    orders its MMAs by num_stages.
+    issues dV^T's and dK^T's MMAs before dQ's.
     """
 
     dtype: str
@@ -230,8 +230,9 @@ class Sm90BwdConfig:
 
     @property
     def num_stages(self) -> int:
-        """Shared-memory buffers of Q, dO, LSE and D (and of dS, P): at D=256 one, for the dQ tile to fit."""
-        return 1 if self.head_dim_padded > 192 else NUM_STAGES
+        """Shared-memory buffers of Q, dO, LSE and D (and of dS): the wide kernel's K/V, P, dS and dQ tiles leave
+        room for one (D=192's 96-key tiles, D=256's 64 KB dQ tile)."""
+        return 1 if self.wide else NUM_STAGES
 
     @property
     def wide(self) -> bool:
@@ -263,9 +264,9 @@ class Sm90BwdConfig:
         return tiles + 4 * (2 * stages * self.block_m + self.block_m * d) + 1024
 
 
-def _backward_tiles(bucket: int) -> tuple[int, int]:
+def _backward_tiles(bucket: int, keeps_t: bool) -> tuple[int, int]:
     """(block_m, block_n) of a head-dim bucket (docs/tuning-sm90.md, Backward tiles; over 128, Backward at D=192
-    and D=256)."""
+    and D=256); ``keeps_t``: the step holds a copy of the capped scores beside the bias (softcap and ALiBi)."""
     if bucket <= 64:
         return (128, 128)  # at 32 and 64 the Q tile can be 128 rows
     if bucket == 96:
@@ -273,7 +274,9 @@ def _backward_tiles(bucket: int) -> tuple[int, int]:
     if bucket == 128:
         return (64, 128)  # keeps dV, dK, S and dP of 64 key rows in a warpgroup's 240 registers
     if bucket == 192:
-        return (64, 64)  # dK^T and dV^T of 192 x 32 a warpgroup; two Q/dO stages and the dQ tile fit in 227 KB
+        if keeps_t:
+            return (64, 64)  # with the capped scores' copy, 96-key tiles spill (2-6 registers), 64-key ones do not
+        return (64, 96)  # FlashAttention-3's: S, dP, dK^T and dV^T 48 keys wide a warpgroup; one Q/dO stage fits
     return (64, 64)  # D=256: dK^T and dV^T of 256 x 32 a warpgroup; one Q/dO stage beside the 64 KB dQ tile
 
 
@@ -291,7 +294,7 @@ def sm90_bwd_config(
     """The heuristic for the Hopper backward kernel (window_right = 0 is causal; ``packed`` and ``softcap`` as in
     sm90_fwd_config; ``deterministic``: dQ added in a fixed order)."""
     bucket = head_dim_bucket(head_dim)
-    tiles = _backward_tiles(bucket)
+    tiles = _backward_tiles(bucket, softcap and alibi)
     mask_right, mask_left = masks(window_left, window_right)
     return Sm90BwdConfig(
         dtype=dtype,

@@ -186,22 +186,21 @@ def backward(
     delta = q.new_empty((batch, nheads, rows), dtype=torch.float32)
     lse_log2 = torch.empty_like(delta)
     dq_accum = torch.empty_like(q, dtype=torch.float32, memory_format=torch.contiguous_format)
+    stats_rows = PaddedStatsRows(packed_args[0], seqlen_q, config.block_m) if packed else None
+    counters = None
+    if deterministic:  # zeroed before the preprocess, so that the kernel can follow the preprocess directly
+        tiles = (stats_rows.rows if packed else rows) // config.block_m
+        counters = torch.zeros((batch, nheads, tiles), dtype=torch.int32, device=q.device)
     prepost.preprocess(dout, out, delta, dq_accum, lse, lse_log2)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     new_like = torch.zeros_like if packed else torch.empty_like
     dk, dv = new_like(k, memory_format=torch.contiguous_format), new_like(v, memory_format=torch.contiguous_format)
     kernel_delta = delta
     if packed:
-        stats_rows = PaddedStatsRows(packed_args[0], seqlen_q, config.block_m)
         lse_log2, kernel_delta = stats_rows.scatter(math.inf, lse_log2), stats_rows.scatter(0.0, delta)
     q, k, v, dout = tma_addressable(q), tma_addressable(k), tma_addressable(v), tma_addressable(dout)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     tensors = (q, k, v, dout, lse_log2, kernel_delta, dq_accum, dk, dv)
-    counters = None
-    if deterministic:
-        counters = torch.zeros(
-            (*lse_log2.shape[:2], lse_log2.shape[2] // config.block_m), dtype=torch.int32, device=q.device
-        )
     after = (*(packed_args or DENSE), softcap if capped else None, alibi, counters)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     prepost.postprocess(dq_accum, dq, softmax_scale)
