@@ -129,6 +129,12 @@ def test_matches_the_spec(c, dtype):
         else:
             assert torch.equal(cache[written], ref_cache[written])
 
+    check_outputs(c, inputs, on_cpu, ref_k_cache, ref_v_cache, out, lse, dtype)
+
+
+def check_outputs(c: Case, inputs: dict, on_cpu: dict, k_cache, v_cache, out, lse, dtype) -> None:
+    """Each sequence's out and lse against the spec over the keys it attends, read from the caches as the reference
+    left them (CPU tensors)."""
     queries = inputs["q"]
     if c.rotary:
         positions = [[n + (i if c.q_positions_per_row else 0) for i in range(c.seqlen_q)] for n in c.filled]
@@ -143,8 +149,36 @@ def test_matches_the_spec(c, dtype):
             assert (lse[b] == -math.inf).all(), f"sequence {b} has no key: LSE must be -inf"
             continue
         rows, offsets = (torch.tensor(index) for index in zip(*(c.slot(on_cpu, b, p) for p in keys_at), strict=True))
-        keys, values = (cache[rows, offsets].cuda() for cache in (ref_k_cache, ref_v_cache))
+        keys, values = (cache[rows, offsets].cuda() for cache in (k_cache, v_cache))
         check_against_spec(out[b : b + 1], lse[b : b + 1], queries[b : b + 1], keys[None], values[None], **options)
+
+
+@pytest.mark.parametrize(
+    "c",
+    [
+        case("batch", 1000, seqlen_new=1, options={"causal": True}),  # split-KV, one query row
+        case("batch", 600, seqlen_q=4, seqlen_new=4, options={"causal": True}),  # split keys and a masked tail
+        case("batch", 257, seqlen_q=5, seqlen_new=None, leftpad=[0, 1, 100, 3], options={"window_size": (40, 0)}),
+        case("paged", 16, 20, options={"causal": True}),
+    ],
+    ids=describe,
+)
+def test_slots_the_call_does_not_attend_may_hold_nan(c, kernel):
+    """Cache slots outside each sequence's attended keys (unfilled, before its left padding, in unused pages) are
+    not the call's: NaN there reaches no output, though a tile's loads run over them."""
+    inputs, _ = c.build(torch.bfloat16, "cuda")
+    inputs["kernel"] = kernel
+    on_cpu = {name: v.cpu() if isinstance(v, torch.Tensor) else v for name, v in inputs.items() if name != "num_splits"}
+    attended = torch.zeros(inputs["k_cache"].shape[:2], dtype=torch.bool)
+    for b in range(c.batch):
+        for p in c.key_range(b):
+            attended[c.slot(on_cpu, b, p)] = True
+    for name in ("k_cache", "v_cache"):
+        inputs[name][~attended.cuda()] = math.nan
+        on_cpu[name] = inputs[name].cpu()
+    _, _, ref_k_cache, ref_v_cache = attention_kvcache_ref(**{n: v for n, v in on_cpu.items() if n != "kernel"})
+    out, lse = flashcute.flash_attn_with_kvcache(**inputs, return_lse=True)
+    check_outputs(c, inputs, on_cpu, ref_k_cache, ref_v_cache, out, lse, torch.bfloat16)
 
 
 def test_a_captured_decode_step_replays_with_new_cache_seqlens():

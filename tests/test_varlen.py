@@ -217,6 +217,38 @@ def test_seqused_limits_each_sequence(kernel):
         check_sequences(out, lse, q, k, v, lens_q, lens_k, used_q, used_k, **options)
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_keys_no_sequence_counts_may_hold_nan(kernel, deterministic):
+    """K and V rows past a sequence's seqused_k, and past cu_seqlens_k[-1], are not the call's: NaN there (a cache's
+    unfilled slots, a buffer's padding) reaches no output and no gradient, though a tile's loads run over them."""
+    lens_q, lens_k, used_k = [70, 130, 64], [90, 200, 77], [33, 129, 77]
+    q = packed(sum(lens_q), 4, 128, torch.bfloat16, 1)
+    k, v = (packed(sum(lens_k) + 50, 2, 128, torch.bfloat16, seed) for seed in (2, 3))  # 50 rows past every one
+    counted = torch.zeros(k.shape[0], dtype=torch.bool, device="cuda")
+    for start, n in zip(starts(lens_k), used_k, strict=False):
+        counted[start : start + n] = True
+    k[~counted], v[~counted] = math.nan, math.nan
+    seqused_k = torch.tensor(used_k, dtype=torch.int32, device="cuda")
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    for options in ({}, {"causal": True}):
+        out, lse = flashcute.flash_attn_varlen_func(
+            *leaves, cu_seqlens(lens_q), cu_seqlens(lens_k), 130, 200, return_lse=True, seqused_k=seqused_k,
+            deterministic=deterministic, kernel=kernel, **options,
+        )  # fmt: skip
+        check_sequences(out.detach(), lse, q, k, v, lens_q, lens_k, used_k=used_k, **options)
+        dout = torch.randn_like(out)
+        for leaf in leaves:
+            leaf.grad = None
+        out.backward(dout)
+        dq, dk, dv = (t.grad for t in leaves)
+        assert torch.equal(dk[~counted], torch.zeros_like(dk[~counted])) and torch.equal(dv[~counted], dk[~counted])
+        cq, ck = starts(lens_q), starts(lens_k)
+        for b in range(len(lens_q)):
+            sq, sk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b] + used_k[b])
+            ours = (dq[None, sq], dk[None, sk], dv[None, sk])
+            check_against_spec_grads(ours, q[None, sq], k[None, sk], v[None, sk], dout[None, sq], **options)
+
+
 def test_every_sequence_empty_and_max_seqlen_past_every_length(kernel):
     q = packed(0, 2, 64, torch.float16, 4)
     k = v = packed(0, 2, 64, torch.float16, 5)

@@ -122,6 +122,23 @@ def copy_rows(
                 dst[None, m, None].fill(0)
 
 
+@cute.jit
+def zero_rows(tiled_copy: cute.TiledCopy, sX: cute.Tensor, first_row: cutlass.Int32, tidx: cutlass.Int32):
+    """Zero rows ``first_row`` on of a (rows, cols) shared-memory tile, in ``tiled_copy``'s 16-byte vectors
+    (make_gmem_tiled_copy's, not async, for the threads that take part; ``tidx`` among them).
+
+    A TMA box of a packed sequence's last K/V tile runs past its keys into rows that are not its own: the next
+    sequence's, or a cache's slots past its length, which may hold anything, NaN included. Masked scores make P 0
+    there, but 0 * NaN is NaN in the MMAs that read those rows, so they go to 0 first (the cp.async loads of the
+    sm80 kernels write zeros there in the first place)."""
+    thr = tiled_copy.get_slice(tidx)
+    tXsX = thr.partition_D(sX)
+    tXcX = thr.partition_D(cute.make_identity_tensor(cute.product_each(sX.shape)))
+    for m in cutlass.range_constexpr(cute.size(tXsX.shape[1])):
+        if tXcX[0, m, 0][0] >= first_row:
+            tXsX[None, m, None].fill(0)
+
+
 def operand_copies(
     tiled_copy: cute.TiledCopy,
     tiled_copy_v: cute.TiledCopy,

@@ -31,8 +31,9 @@ reads the statistics (nothing else reads what the preprocess writes before they 
 consumers, 64 key rows each. The host passes
 LSE * log2(e) and D padded to whole Q tiles (+inf and 0 past seqlen_q, +inf where a row saw no key), so the
 recomputed P is 0 on every row that must not contribute. K/V rows past seqlen_k load as zeros and are masked,
-so no NaN reaches dQ. In a packed batch (common/seqlen.py) those rows are the next sequence's, as finite and as
-masked, and each sequence's LSE and D rows start on a whole Q tile (family.PaddedStatsRows).
+so no NaN reaches dQ. In a packed batch (common/seqlen.py) those rows are the next sequence's or no sequence's,
+which may hold anything: the consumers zero them in shared memory before the walk (walk); each sequence's LSE and
+D rows start on a whole Q tile (family.PaddedStatsRows).
 """
 
 import dataclasses
@@ -47,6 +48,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 
+from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common import semaphore, tma
 from flashcute.kernels.common.alibi import alibi_slope
 from flashcute.kernels.common.copy import make_gmem_tiled_copy
@@ -71,6 +73,7 @@ DS_BARRIER = 1
 EPILOGUE_BARRIER = 2
 DQ_EMPTY_BARRIER = 3
 DQ_FULL_BARRIER = 5
+STALE_ROWS_BARRIER = 7  # the consumers wait for K's and V's rows past a packed sequence's keys to be zeroed
 CONSUMER_THREADS = 256
 DQ_HANDOFF_THREADS = 128 + 32  # a consumer warpgroup and the dQ writer warp
 
@@ -610,7 +613,7 @@ class FlashAttentionBackwardSm90:
 
         scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
         step = partial(self.one_q_tile, smem, pipes, mma, mask, work, scale_log2, softcap_multiplier, softmax_scale)
-        self.walk(step, pipes, work, tile_info)
+        self.walk(step, pipes, work, tile_info, smem, tidx)
         self.store_dk_dv(mma.acc_dK, mma.acc_dV, mdK, mdV, smem, work, tiled_mma_dkv, tidx, softmax_scale, head_dim)
 
     def operands(self, smem: SimpleNamespace, thr: SimpleNamespace, wg: SimpleNamespace) -> dict:
@@ -639,11 +642,23 @@ class FlashAttentionBackwardSm90:
         return TransposedMask(tile_info, thr_sdp, thr0_sdp)
 
     @cute.jit
-    def walk(self, step, pipes: SimpleNamespace, work: SimpleNamespace, tile_info: TileInfo):
+    def walk(
+        self, step, pipes: SimpleNamespace, work: SimpleNamespace, tile_info: TileInfo, smem: SimpleNamespace, tidx
+    ):
         """``step(state, head_idx, m_block, masked)`` on every (query head, Q tile) of the walk, once K and V are
-        in: the masked Q tiles (the diagonal's, the window's edge, the seqlen_k tail) apart from the free ones."""
+        in: the masked Q tiles (the diagonal's, the window's edge, the seqlen_k tail) apart from the free ones. A
+        packed sequence's K/V tile that its keys do not fill has its rows past them zeroed first (common/copy.py,
+        zero_rows: K's too, since dQ adds dS K and dS is 0, not -inf, there)."""
         if work.qheads_per_kvhead * work.num_m_blocks > 0:
             pipes.kv.consumer_wait(pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1))
+            if cutlass.const_expr(work.seq.packed):
+                keys_in_tile = work.seq.seqlen_k - work.n_block * self.block_n
+                if keys_in_tile < self.block_n:
+                    zero = gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, CONSUMER_THREADS, False)
+                    for sX in (smem.sK, smem.sV):  # (v's head dim is q's)
+                        gcopy.zero_rows(zero, sX[None, None, 0], keys_in_tile, tidx)
+                    cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to wgmma
+                    cute.arch.barrier(barrier_id=STALE_ROWS_BARRIER, number_of_threads=CONSUMER_THREADS)
         free_start, free_end = tile_info.masked_m_runs(work.n_block, work.m_block_min, work.m_block_max)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         for h in cutlass.range(work.qheads_per_kvhead, unroll=1):

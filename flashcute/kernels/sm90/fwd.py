@@ -80,6 +80,7 @@ CONSUMER_REGS = {1: 256, 2: 240, 3: 160}
 # Named barriers (0 is __syncthreads): one per consumer warpgroup for taking turns, one per warpgroup epilogue.
 SCHEDULER_BARRIER = 1
 EPILOGUE_BARRIER = 4
+STALE_ROWS_BARRIER = 7  # the consumers wait for V's rows past a packed sequence's keys to be zeroed
 # Slots of the ring that carries claimed tile indices from the producer warp to the consumers.
 TILE_RING = 2
 
@@ -667,6 +668,8 @@ class FlashAttentionForwardSm90:
             row_scale=cute.make_rmem_tensor(cute.size(softmax.row_max), Float32),  # alpha, for rescale_o_early
             sQ=sQ_wg,  # for scores_by_fma (exp_in_place)
             sK=sK,
+            sV=sV,  # packed: zero_stale_v_rows
+            zero_v=gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_v, 128, False) if self.config.packed else None,
             softcap_multiplier=softcap_multiplier,  # apply_softcap's, with config.softcap
             sink=mSink,  # with config.sink
             alibi=mAlibi,  # with config.alibi
@@ -771,6 +774,8 @@ class FlashAttentionForwardSm90:
         at D=256 (44 R2UR moving wgmma descriptors out of ordinary registers) against 390 for the same step in
         the kernel without a mask; free run first, 402 (D=128: 475 -> 459, against 446).
         """
+        if cutlass.const_expr(self.config.packed):
+            self.zero_stale_v_rows(mma, pipes, state, tile, wg)
         # The first tile's S and P; its P V is issued together with the next tile's Q K^T.
         slope = tile.alibi_slope if cutlass.const_expr(self.config.alibi) else None
         self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, tile.n_block_max - 1, slope, wg)
@@ -787,6 +792,25 @@ class FlashAttentionForwardSm90:
         pipes.v.consumer_release(state)
         state.advance()
         return state
+
+    @cute.jit
+    def zero_stale_v_rows(
+        self, mma: SimpleNamespace, pipes: SimpleNamespace, state: pipeline.PipelineState, tile: SimpleNamespace, wg
+    ):
+        """A packed sequence's first K/V tile visited holds its last keys and, where they do not fill it, rows past
+        them that may hold anything (common/copy.py, zero_rows): the first consumer warpgroup zeroes those rows of
+        V before any P V reads the stage, and every consumer warpgroup waits for it (K's rows are masked by
+        select)."""
+        keys_in_tile = tile.seq.seqlen_k - (tile.n_block_max - 1) * self.block_n
+        # (the pipeline's consumer_wait, inside the branch, leaks a value out of it: its mbarrier wait instead)
+        full, phase = pipes.v.sync_object_full.get_barrier(state.index), state.phase
+        if keys_in_tile < self.block_n:
+            cute.arch.mbarrier_wait(full, phase)
+            if wg == 0:
+                wg_tidx = cute.arch.thread_idx()[0] % 128
+                gcopy.zero_rows(mma.zero_v, mma.sV[None, None, state.index], keys_in_tile, wg_tidx)
+                cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to wgmma
+            cute.arch.barrier(barrier_id=STALE_ROWS_BARRIER, number_of_threads=self.num_wg * 128)
 
     @cute.jit
     def first_scores(
