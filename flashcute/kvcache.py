@@ -3,9 +3,10 @@
 One call is one step of incremental decoding: the new keys (and q) get their rotary embedding, the new keys and
 values are written into the cache in place, and q attends to each sequence's cached keys. The attention is one call
 to ``flash_attn_varlen_func``: a cache indexed by batch is read where it lies, as a packed batch whose sequence b
-starts at row b * seqlen_cache + cache_leftpad[b]; a cache reached through ``cache_batch_idx`` or pages
-(``block_table``) is first gathered into a contiguous copy, since the kernels read one packed tensor. Nothing reads a
-device value on the host, so a whole step can be captured in a CUDA graph and replayed with new ``cache_seqlens``.
+starts at row b * seqlen_cache + cache_leftpad[b]; so are pages (``block_table``) by the kernels that load each
+box of rows from its page (the Hopper family's); a cache reached through ``cache_batch_idx``, or pages for the
+kernels that read one packed tensor, is first gathered into a contiguous copy. Nothing reads a device value on the
+host, so a whole step can be captured in a CUDA graph and replayed with new ``cache_seqlens``.
 """
 
 from __future__ import annotations
@@ -97,10 +98,13 @@ def flash_attn_with_kvcache(
     a device index check; attention only reads each sequence's own capacity.
 
     The attention runs on the packed-batch kernels: a cache indexed by batch (no cache_batch_idx, no block_table)
-    is read where it lies, when its (batch, seqlen_cache) dims merge into one (else those rows are copied). With
-    cache_batch_idx or block_table, the kernels take one packed tensor, so each sequence's cache row or pages are
-    first gathered into a (batch, capacity, nheads_k, headdim) copy of k and of v (a page that holds none of its
-    keys is never read: page 0 stands in for it): that copy is the cost of those layouts. A call with one query
+    is read where it lies, when its (batch, seqlen_cache) dims merge into one (else those rows are copied). A paged
+    cache is read where it lies by the Hopper kernels, a box of rows at a time from its page (when its (num_blocks,
+    page_block_size) dims merge into one, registry.reads_pages, and the keys start at position 0: no cache_leftpad,
+    no window, no tail of masked rows). Else, and with cache_batch_idx, the kernels take
+    one packed tensor, so each sequence's cache row or pages are first gathered into a (batch, capacity, nheads_k,
+    headdim) copy of k and of v (a page that holds none of its keys is never read: page 0 stands in for it): that
+    copy is the cost of those layouts. A call with one query
     row (its causal mask and window are a range of keys) or without a mask takes the split-KV path (splitkv.py):
     the query heads of a kv head share its tiles, and each sequence's keys are cut into ``num_splits`` chunks
     walked by thread blocks of their own (0: a heuristic from the batch, heads, capacity and SM count; 1: no
@@ -174,21 +178,31 @@ def flash_attn_with_kvcache(
     windowed = split_keys and seqlen_q == 1 and a.window_left >= 0
     # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0). The split
     # path's chunks of a plain decoding step come from cache_seqlens directly (SplitPlan.appended_chunks).
+    # a paged cache read where it lies (the kernels load each box of rows from its page, so a sequence's keys must
+    # start on a box: no left padding, no window's start, no tail), or gathered first
+    aligned = split_keys and not windowed and not tail_keys and cache_leftpad is None
+    in_place = block_table is not None and aligned and _pages_in_place(k_cache, v_cache, kernel, args.page_block_size)
     if cache_seqlens is None or filled is not None:
         end = splitkv.filled(batch, capacity if filled is None else min(filled + args.seqlen_new, capacity), device)
-    elif split_keys and not windowed and not tail_keys and cache_leftpad is None and block_table is None:
+    elif aligned and (block_table is None or in_place):
         end = None
     else:
         end = (cache_seqlens + args.seqlen_new).clamp(0, capacity)
     start = None if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), end)
-    if block_table is not None:
-        keys, values = _gather_pages(k_cache, v_cache, block_table, args.page_block_size, start, end)
-    elif cache_batch_idx is not None:
-        index = cache_batch_idx.long()
-        keys, values = k_cache[index], v_cache[index]
+    pages = ()
+    if in_place:  # the pages' rows; the launches number sequence b's positions from b * capacity
+        keys, values = (t.view(-1, nheads_k, t.shape[-1]) for t in (k_cache, v_cache))
+        table = block_table if block_table.stride(1) == 1 else block_table.contiguous()  # (the kernels' layout)
+        pages = (table, args.page_block_size, capacity)
     else:
-        keys, values = k_cache[:batch], v_cache[:batch]
-    keys, values = (t.reshape(batch * capacity, nheads_k, t.shape[-1]) for t in (keys, values))
+        if block_table is not None:
+            keys, values = _gather_pages(k_cache, v_cache, block_table, args.page_block_size, start, end)
+        elif cache_batch_idx is not None:
+            index = cache_batch_idx.long()
+            keys, values = k_cache[index], v_cache[index]
+        else:
+            keys, values = k_cache[:batch], v_cache[:batch]
+        keys, values = (t.reshape(batch * capacity, nheads_k, t.shape[-1]) for t in (keys, values))
     first_rows = splitkv.row_starts(batch, capacity, device)
     name = kernel or "auto"
     if split_keys:
@@ -209,7 +223,8 @@ def flash_attn_with_kvcache(
                 chunks = split.key_chunks(first_rows, end, batch * capacity)
             else:
                 chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
-        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap, learnable_sink, tail)
+        scores = (a.softcap, learnable_sink, tail)
+        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, *scores, pages=pages)
         return (out, lse) if return_lse else out
 
     if start is None:
@@ -229,11 +244,21 @@ def flash_attn_with_kvcache(
         a.softcap,
         learnable_sink,
         alibi_slopes,
+        pages=pages,
     )
     out = out.view(batch, seqlen_q, nheads, v_cache.shape[-1])
     if not return_lse:
         return out
     return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()
+
+
+def _pages_in_place(k_cache: torch.Tensor, v_cache: torch.Tensor, kernel: str | None, page_size: int) -> bool:
+    """Whether the forward that runs reads the pages where they lie (registry.reads_pages): as one tensor of rows,
+    each cache's (pages, page_size) dims merged into one."""
+    if any(t.stride(0) != t.shape[1] * t.stride(1) for t in (k_cache, v_cache)):
+        return False
+    head_dims = (k_cache.shape[-1], v_cache.shape[-1])
+    return registry.reads_pages(k_cache.device, kernel, *head_dims, page_size)
 
 
 def _split_tail(

@@ -209,6 +209,12 @@ _PACKED_SM90_WIDE = (
     "lengths beside the claimed index in the per-tile code: 5-35 spill instructions outside the K/V step loops"
 )
 
+_PAGED_SM90 = (
+    "Hopper forward reading a paged cache where it lies: the producer warpgroup's 24 registers (setmaxnreg) hold a "
+    "box's page lookup (the table row, the position's page and row) beside the TMA coordinates of 3-4 column boxes "
+    "at head dims 192 and 256, and under a sliding window at 128; the spills lie in the producer's code alone"
+)
+
 _VALUE_MMA_SYNC = (
     "the mma.sync forward with v's head dim 64 beside q's 128, at d128's tiles (2 stages under a mask), where every "
     "plain d128 variant spills (_D128): V's and O's own copies, predicates and shared-memory layouts beside Q's and "
@@ -337,6 +343,24 @@ KNOWN_SPILLS: dict[str, str] = {
             ]
         ),
         _PACKED_SM90_WIDE,
+    ),
+    **dict.fromkeys(
+        _built(
+            f"sm_90a-sm90-{dtype}-{tiles}-packed-paged{rows}"
+            for dtype in ("bfloat16", "float16")
+            for tiles, rows in (
+                ("d128-128x128s2-lazy8-both", 128),
+                ("d192-128x96s2-early-lazy8e-right", 16),
+                ("d192-128x96s2-early-lazy8e-right", 32),
+                ("d192-128x96s2-early-lazy8e-both", 16),
+                ("d192-128x96s2-early-lazy8e-both", 32),
+                ("d256-128x80s2-early-lazy8-nomask", 16),
+                ("d256-128x80s2-early-lazy8e-right", 16),
+                ("d256-128x80s2-early-lazy8e-both", 16),
+                ("d256-128x80s2-early-lazy8e-left", 16),
+            )
+        ),
+        _PAGED_SM90,
     ),
     **dict.fromkeys(
         _built(

@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashcute
 from flashcute import interface, splitkv
+from flashcute.kernels import registry
 from flashcute.kernels.common import prepost
 from flashcute.kvcache import apply_rotary, flash_attn_with_kvcache
 from flashcute.reference import attention_kvcache_ref
@@ -415,6 +416,39 @@ def test_v_cache_with_a_head_dim_of_its_own(stand_in, seqlen_q, causal, paged):
     torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
     assert torch.equal(k_cache, ref_k_cache) and torch.equal(v_cache, ref_v_cache)
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["read-in-place", "gathered"])
+@pytest.mark.parametrize("seqlen_q, causal", [(1, True), (4, True), (3, False)], ids=["split", "tail", "packed"])
+def test_a_paged_cache_is_read_where_it_lies_or_gathered(monkeypatch, stand_in, in_place, seqlen_q, causal):
+    """Where the family reads pages where they lie (registry.reads_pages) and every sequence's keys start on a
+    page's box (no tail under a mask, no left padding, no window's start) the launches get the cache's rows and its
+    block table, without a copy; else the sequences' pages gathered. Both as the reference, with junk entries in
+    the table for pages no sequence reads."""
+    monkeypatch.setattr(registry, "reads_pages", lambda *args: in_place)
+    generator = torch.Generator().manual_seed(seqlen_q)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    k_cache, v_cache = randn(9, 4, 2, 8), randn(9, 4, 2, 8)  # 9 pages of 4 rows, 3 a sequence
+    inputs = {
+        "k": randn(2, seqlen_q, 2, 8),
+        "v": randn(2, seqlen_q, 2, 8),
+        "cache_seqlens": torch.tensor([1, 8 - seqlen_q], dtype=torch.int32),
+        "block_table": torch.tensor([[7, 3, -3], [2, 5, 100]], dtype=torch.int32),
+        "causal": causal,
+    }
+    q = randn(2, seqlen_q, 4, 8)
+    ref_out, ref_lse, ref_k_cache, ref_v_cache = attention_kvcache_ref(q, k_cache, v_cache, **inputs)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, **inputs, return_lse=True)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
+    assert torch.equal(k_cache, ref_k_cache) and torch.equal(v_cache, ref_v_cache)
+    read_in_place = in_place and seqlen_q != 4  # (the tail's keys start anywhere)
+    for call in stand_in.calls:
+        assert bool(call["pages"]) == read_in_place
+        assert (call["k"].data_ptr() == k_cache.data_ptr()) == read_in_place, "read where it lies: no copy"
 
 
 def test_builds_no_autograd_graph(stand_in):

@@ -90,13 +90,15 @@ def mask_label(config) -> str:
 def attention_label(config, prefix: str, tiles: str) -> str:
     """The label of an attention kernel's config: "<prefix>-<dtype>-<head dim>-<tiles>-<mask>" (no prefix: no dash),
     "-softcap" appended for a kernel that caps the scores, "-sink" for one with learnable sinks, "-alibi" for one with
-    ALiBi biases, "-packed" for one of packed variable-length batches."""
+    ALiBi biases, "-packed" for one of packed variable-length batches, "-paged<rows>" for one that reads K and V from
+    pages of a cache."""
     softcap = "-softcap" if config.softcap else ""
     sink = "-sink" if getattr(config, "sink", False) else ""  # a forward's field only
     alibi = "-alibi" if config.alibi else ""
     packed = "-packed" if config.packed else ""
+    paged = f"-paged{config.page_rows}" if getattr(config, "page_rows", 0) else ""  # a Hopper forward's field only
     head = f"{prefix + '-' if prefix else ''}{config.dtype}-{head_dim_label(config)}"
-    return f"{head}-{tiles}-{mask_label(config)}{softcap}{sink}{alibi}{packed}"
+    return f"{head}-{tiles}-{mask_label(config)}{softcap}{sink}{alibi}{packed}{paged}"
 
 
 def rows_per_copy(head_dim_padded: int, num_threads: int) -> int:

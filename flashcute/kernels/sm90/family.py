@@ -56,7 +56,7 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
 
         tensors = (p.q_like(), p.kv_like(), p.v_like(), p.o_like(), p.row_stats(), p.tile_counter())
         kernel = FlashAttentionForwardSm90(config)
-        after = optional_arguments(p, config)
+        after = optional_arguments(p, config, *(p.paged_cache() if config.page_rows else ()))
         return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1), after=after)
     from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
     from flashcute.kernels.sm90.bwd_wide import FlashAttentionBackwardSm90Wide
@@ -74,6 +74,7 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
     each orthogonal to padding); the backward at the head dims it covers."""
     found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": [], "fwd-softcap": [], "bwd-softcap": []}
     found |= {"fwd-sink": [], "fwd-alibi": [], "bwd-alibi": [], "fwd-value": [], "bwd-deterministic": []}
+    found["fwd-paged"] = []
     if arch not in ARCHS:
         return found
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
@@ -88,6 +89,9 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found[f"bwd-{variant}"].append(sm90_bwd_config(bucket, dtype, *window, **{variant: True}))
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):  # a sink changes the forward alone
         found["fwd-sink"].append(sm90_fwd_config(bucket, dtype, *window, sink=True))
+    for dtype, bucket, window, page in itertools.product(dtypes, buckets, masks, PAGE_SIZES):
+        found["fwd-paged"].append(sm90_fwd_config(bucket, dtype, *window, packed=True, page_size=page))
+    found["fwd-paged"] = list(dict.fromkeys(found["fwd-paged"]))  # pages of several sizes read in the same boxes
     for dtype, (head_dim, head_dim_v), window in itertools.product(dtypes, VALUE_HEAD_DIMS, masks):
         if head_dim in buckets:  # v's head dim apart from q's: the pairs models use
             found["fwd-value"].append(sm90_fwd_config(head_dim, dtype, *window, head_dim_v=head_dim_v))
@@ -121,15 +125,20 @@ def forward_launcher(
     sink: bool = False,
     alibi: bool = False,
     head_dim_v: int | None = None,
+    page_size: int = 0,
 ):
     """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None,
-    alibi=None)`` for validated inputs of this device, dtype, head dim and window (outputs allocated by the caller),
-    with the heuristic's config or ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests:
-    fewer blocks, each claiming several tiles). ``packed``, ``softcap``, ``sink``, ``alibi`` and ``head_dim_v`` as
-    in the sm80 family's forward_launcher."""
+    alibi=None, pages=())`` for validated inputs of this device, dtype, head dim and window (outputs allocated by
+    the caller), with the heuristic's config or ``config``; the persistent grid has one thread block per SM, or
+    ``grid`` (tests: fewer blocks, each claiming several tiles). ``packed``, ``softcap``, ``sink``, ``alibi`` and
+    ``head_dim_v`` as in the sm80 family's forward_launcher. ``page_size`` (packed only; reads_pages): k and v are
+    a cache's pages, (pages * page_size, nheads_k, head_dim) rows, and ``pages`` the launch's (block_table,
+    page_size, seq_rows), cu_seqlens_k numbering sequence b's positions from b * seq_rows."""
     if config is None:
         scores = {"softcap": softcap, "sink": sink, "alibi": alibi, "head_dim_v": head_dim_v}
-        config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed, **scores)
+        config = sm90_fwd_config(
+            head_dim, dtype, window_left, window_right, packed=packed, page_size=page_size, **scores
+        )
     kernel = compiled(config, device, compile)
     max_grid = grid or num_sms(device)
     capped = config.softcap
@@ -146,12 +155,13 @@ def forward_launcher(
         softcap: float = 0.0,
         sink: torch.Tensor | None = None,
         alibi: torch.Tensor | None = None,
+        pages: tuple = (),
     ) -> None:
         q, k, v = tma_addressable(q), tma_addressable(k), tma_addressable(v)
         counter = tile_counter(device)
         scalars = (softmax_scale, diag_offset, window_left, window_right, max_grid)
         cap = softcap if capped else None  # None: an optional argument the kernel leaves out
-        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap, sink, alibi)
+        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap, sink, alibi, *pages)
 
     return launch
 
@@ -170,6 +180,17 @@ def tile_counter(device: torch.device) -> torch.Tensor:
     if counter is None:
         counter = _tile_counters[key] = torch.zeros(2, dtype=torch.int32, device=device)
     return counter
+
+
+# The page sizes whose forward variants warmup builds: serving engines' (vLLM's default 16 rows) and
+# flash_attn's tests' (256)
+PAGE_SIZES = (16, 64, 256)
+
+
+def reads_pages(page_size: int) -> bool:
+    """Whether the forward reads K and V from a paged cache where it lies (forward_launcher's page_size): pages of
+    whole 8-row swizzle atoms, so that a TMA box of a page's rows lands on them."""
+    return page_size % 8 == 0
 
 
 def supports_forward(head_dim: int, head_dim_v: int) -> bool:
