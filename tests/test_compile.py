@@ -61,7 +61,7 @@ def full_matrix() -> list[tuple[object, str]]:
         for name in exact:
             family = name.split("-")[0]
             later = family in registry.FAMILIES and arch != registry.family(family).ARCHS[0]
-            if later or name.endswith(("-softcap", "-sink", "-alibi", "-packed")) or name.startswith(THIN):
+            if later or name.endswith(("-softcap", "-sink", "-alibi", "-packed", "-paged")) or name.startswith(THIN):
                 sampled = one_per_bucket
             elif family == "sm80":
                 sampled = dtype_in_turn
@@ -87,7 +87,7 @@ def one_per_bucket(config) -> bool:
 
 # Kinds that came after the draws below were first taken: they draw last, so that every other kind keeps the
 # variants whose spills are listed below.
-APPENDED_KINDS = {("sm90", "bwd-deterministic")}
+APPENDED_KINDS = {("sm90", "bwd-deterministic"), ("sm90", "fwd-paged")}
 
 
 def representative() -> list[tuple[object, str]]:

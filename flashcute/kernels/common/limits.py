@@ -124,12 +124,12 @@ def streaming_limits(config, num_threads: int) -> str | None:
 
 def in_sample(kind: str, config) -> bool:
     """Whether the compile tests, ``flashcute check`` and ``warmup --all`` build this variant of registry.variants'
-    group ``kind``: all of a plain group; of the packed variable-length, softcap, sink, ALiBi and v head dim ("value")
-    groups every bucket and mask, the dtypes taken in turn. Packing changes only where a tile's rows are
-    (kernels/common/seqlen.py), softcap and ALiBi one step each on the scores (kernels/common/softcap.py, alibi.py),
-    a sink the epilogue's statistics (softmax.finalize) and v's head dim the V and O tiles' width, not the tiling, so
-    a sample covers each without doubling the variant matrix."""
-    return not kind.endswith(("-packed", "-softcap", "-sink", "-alibi", "-value")) or dtype_in_turn(config)
+    group ``kind``: all of a plain group; of the packed variable-length, softcap, sink, ALiBi, v head dim ("value")
+    and paged-cache groups every bucket and mask, the dtypes taken in turn. Packing changes only where a tile's rows
+    are (kernels/common/seqlen.py), softcap and ALiBi one step each on the scores (kernels/common/softcap.py,
+    alibi.py), a sink the epilogue's statistics (softmax.finalize), v's head dim the V and O tiles' width and pages
+    the producer's loads, not the tiling, so a sample covers each without doubling the variant matrix."""
+    return not kind.endswith(("-packed", "-softcap", "-sink", "-alibi", "-value", "-paged")) or dtype_in_turn(config)
 
 
 def dtype_in_turn(config) -> bool:
