@@ -99,9 +99,10 @@ def flash_attn_with_kvcache(
 
     The attention runs on the packed-batch kernels: a cache indexed by batch (no cache_batch_idx, no block_table)
     is read where it lies, when its (batch, seqlen_cache) dims merge into one (else those rows are copied). A paged
-    cache is read where it lies by the Hopper kernels, a box of rows at a time from its page (when its (num_blocks,
-    page_block_size) dims merge into one, registry.reads_pages, and the keys start at position 0: no cache_leftpad,
-    no window, no tail of masked rows). Else, and with cache_batch_idx, the kernels take
+    cache is read where it lies by the Hopper kernels, a box of rows at a time from its page (on the split-KV path,
+    when its (num_blocks, page_block_size) dims merge into one and registry.reads_pages says so: keys before a
+    sequence's first page boundary or in the tail of several masked rows are copied out for a launch of their own).
+    Else, and with cache_batch_idx, the kernels take
     one packed tensor, so each sequence's cache row or pages are first gathered into a (batch, capacity, nheads_k,
     headdim) copy of k and of v (a page that holds none of its keys is never read: page 0 stands in for it): that
     copy is the cost of those layouts. A call with one query
@@ -178,10 +179,17 @@ def flash_attn_with_kvcache(
     windowed = split_keys and seqlen_q == 1 and a.window_left >= 0
     # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0). The split
     # path's chunks of a plain decoding step come from cache_seqlens directly (SplitPlan.appended_chunks).
-    # a paged cache read where it lies (the kernels load each box of rows from its page, so a sequence's keys must
-    # start on a box: no left padding, no window's start, no tail), or gathered first
     aligned = split_keys and not windowed and not tail_keys and cache_leftpad is None
-    in_place = block_table is not None and aligned and _pages_in_place(k_cache, v_cache, kernel, args.page_block_size)
+    # A paged cache is read where it lies on the split path: the kernels load each box of a page's rows from its
+    # page, so the chunks start on a page, and the keys before the first page boundary (a window's or the left
+    # padding's start) or after the chunks (the tail of several masked rows) are copied out of their pages for a
+    # launch of their own (_page_rows). Keys with both, and the masked packed path, gather the pages first.
+    in_place = (
+        block_table is not None
+        and split_keys
+        and not (tail_keys and cache_leftpad is not None)
+        and _pages_in_place(k_cache, v_cache, kernel, args.page_block_size)
+    )
     if cache_seqlens is None or filled is not None:
         end = splitkv.filled(batch, capacity if filled is None else min(filled + args.seqlen_new, capacity), device)
     elif aligned and (block_table is None or in_place):
@@ -208,7 +216,13 @@ def flash_attn_with_kvcache(
     if split_keys:
         split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
         tail = None
-        if tail_keys:
+        if in_place and (tail_keys or start is not None or windowed):
+            if windowed:  # (one query row: a window is the range of keys its query sees)
+                window_start = end - 1 - min(a.window_left, capacity)
+                start = window_start.clamp_(min=0) if start is None else torch.maximum(start, window_start)
+            cut = (k_cache, v_cache, block_table, args.page_block_size)
+            chunks, tail = _paged_split(split, first_rows, start, end, tail_keys, window_right, batch * capacity, cut)
+        elif tail_keys:
             chunks, tail = _split_tail(split, first_rows, start, end, tail_keys, window_right, batch * capacity)
         elif cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
             last = capacity if filled is None else min(filled + args.seqlen_new, capacity)
@@ -279,6 +293,57 @@ def _split_tail(
     common = count - in_tail
     tail = splitkv.Tail(F.pad(first + common, (0, 1), value=key_rows), in_tail, tail_keys, window_right)
     return split.key_chunks(first, common, key_rows), tail
+
+
+def _paged_split(
+    split: splitkv.SplitPlan,
+    first_rows: torch.Tensor,
+    start: torch.Tensor | None,
+    end: torch.Tensor,
+    tail_keys: int,
+    window_right: int,
+    key_rows: int,
+    cache: tuple,
+) -> tuple[tuple[torch.Tensor, torch.Tensor], splitkv.Tail]:
+    """_split_tail for a paged cache read where it lies, whose chunks must start on a page: sequence b's keys
+    [start, end) (start None: 0) as chunks from the first page boundary at or past start, and as the Tail either
+    the keys before it (``tail_keys`` 0: one query row or no mask, which sees them all) or its last ``tail_keys``
+    under the mask (start None), copied out of their pages. ``cache``: (k_cache, v_cache, block_table,
+    page_size)."""
+    page_size = cache[3]
+    if tail_keys:
+        in_tail = end.clamp(max=tail_keys)
+        common = end - in_tail
+        tail = _page_rows(*cache, common, in_tail, tail_keys, window_right)
+        return split.key_chunks(first_rows, common, key_rows), tail
+    # (the chunks from the first page boundary; the keys before it, fewer than a page, the tail's, unmasked)
+    boundary = torch.minimum((start + (page_size - 1)) // page_size * page_size, end)
+    tail = _page_rows(*cache, start, boundary - start, page_size, -1)
+    return split.key_chunks(first_rows + boundary, end - boundary, key_rows), tail
+
+
+def _page_rows(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    page_size: int,
+    first: torch.Tensor,
+    count: torch.Tensor,
+    width: int,
+    window_right: int,
+) -> splitkv.Tail:
+    """The Tail of each sequence's positions first[b] .. first[b] + count[b] - 1 (count <= width) of a paged cache,
+    copied into a packed batch of its own, sequence b's rows from b * width; attended under a bottom-right window
+    (-1, window_right) (-1: none). Rows past count copy page 0's first row, which no sequence reads."""
+    batch, device = block_table.shape[0], block_table.device
+    offsets = splitkv.indices(width, device)
+    used = offsets < count[:, None]
+    positions = torch.where(used, first[:, None] + offsets, 0)
+    pages = block_table.gather(1, positions // page_size).long()
+    rows = torch.where(used, pages * page_size + positions % page_size, 0).flatten()
+    keys, values = (t.view(-1, *t.shape[2:])[rows] for t in (k_cache, v_cache))
+    cu_seqlens_k = splitkv.row_starts(batch + 1, width, device)
+    return splitkv.Tail(cu_seqlens_k, count, width, window_right, keys, values)
 
 
 def _slots(

@@ -203,6 +203,8 @@ class SplitPlan:
         batch, seqlen_q, nheads, headdim = q.shape
         nheads_k, group, splits, headdim_v = self.nheads_k, self.group, self.splits, values.shape[-1]
         cu_seqlens_q = row_starts(batch + 1, seqlen_q, self.device)
+        if tail.keys is not None:  # a copy of its own, not in the split's keys (nor in their pages)
+            keys, values, pages = tail.keys, tail.values, ()
         tail_out, tail_lse = varlen_outputs(
             q.reshape(batch * seqlen_q, nheads, headdim), keys, values, cu_seqlens_q, tail.cu_seqlens_k, None,
             tail.seqused_k, seqlen_q, tail.max_keys, softmax_scale, -1, tail.window_right, kernel, softcap, pages=pages,
@@ -216,15 +218,19 @@ class SplitPlan:
 
 @dataclasses.dataclass(frozen=True)
 class Tail:
-    """Each sequence's last keys, which its several query rows see under a right-bounded mask (causal, bottom-right)
-    where they see every key before them alike: ``seqused_k`` (batch,) of them from ``cu_seqlens_k``'s starts
-    (batch + 1,), at most ``max_keys``; with that many keys, the mask is the kernels' window (-1, window_right)
-    aligned bottom-right (``tail_keys``)."""
+    """Keys of each sequence attended by a launch of their own beside the split chunks, merged as one more split:
+    its last keys, which its several query rows see under a right-bounded mask (causal, bottom-right) where they
+    see every key before them alike (``tail_keys``), or keys a paged cache's chunks leave out (kvcache.py).
+    ``seqused_k`` (batch,) of them from ``cu_seqlens_k``'s starts (batch + 1,), at most ``max_keys``, under the
+    kernels' window (-1, window_right) aligned bottom-right (-1: none); in ``keys`` and ``values`` where they are
+    a copy of their own, else in the split's."""
 
     cu_seqlens_k: torch.Tensor
     seqused_k: torch.Tensor
     max_keys: int
     window_right: int
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
 
 
 def tail_keys(seqlen_q: int, window_left: int, window_right: int) -> int:

@@ -38,11 +38,12 @@ def keys_per_sequence(calls: list[dict], batch: int) -> list[int]:
 
 
 def check_tail_call(calls: list[dict], seqlen_q: int) -> None:
-    """One attention call a step, or two where several query rows under a mask take the split path: the second,
-    q's rows as they lie (unpacked), attends each sequence's tail of at most seqlen_q - 1 keys."""
+    """One attention call a step, or two where some keys go to a launch of their own (splitkv.Tail: the tail of
+    several masked rows, a paged cache's keys before its first page boundary): the second reads q's rows as they
+    lie, not packed by kv head."""
     assert len(calls) in (1, 2), "one attention call, and one for the tail's keys"
     if len(calls) == 2:
-        assert seqlen_q > 1 and max(calls[1]["lengths_k"]) <= seqlen_q - 1, calls[1]["lengths_k"]
+        assert calls[1]["q"].shape[0] == len(calls[1]["lengths_q"]) * seqlen_q, "the tail's q rows as they lie"
 
 
 def queries_of(call: dict, shape: tuple[int, ...]) -> torch.Tensor:
@@ -421,10 +422,9 @@ def test_v_cache_with_a_head_dim_of_its_own(stand_in, seqlen_q, causal, paged):
 @pytest.mark.parametrize("in_place", [True, False], ids=["read-in-place", "gathered"])
 @pytest.mark.parametrize("seqlen_q, causal", [(1, True), (4, True), (3, False)], ids=["split", "tail", "packed"])
 def test_a_paged_cache_is_read_where_it_lies_or_gathered(monkeypatch, stand_in, in_place, seqlen_q, causal):
-    """Where the family reads pages where they lie (registry.reads_pages) and every sequence's keys start on a
-    page's box (no tail under a mask, no left padding, no window's start) the launches get the cache's rows and its
-    block table, without a copy; else the sequences' pages gathered. Both as the reference, with junk entries in
-    the table for pages no sequence reads."""
+    """Where the family reads pages where they lie (registry.reads_pages) the split chunks' launch gets the cache's
+    rows and its block table, without a copy, and the tail of the masked rows a copy of its keys; else the
+    sequences' pages gathered. Both as the reference, with junk entries in the table for pages no sequence reads."""
     monkeypatch.setattr(registry, "reads_pages", lambda *args: in_place)
     generator = torch.Generator().manual_seed(seqlen_q)
 
@@ -445,10 +445,12 @@ def test_a_paged_cache_is_read_where_it_lies_or_gathered(monkeypatch, stand_in, 
     torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
     assert torch.equal(k_cache, ref_k_cache) and torch.equal(v_cache, ref_v_cache)
-    read_in_place = in_place and seqlen_q != 4  # (the tail's keys start anywhere)
-    for call in stand_in.calls:
-        assert bool(call["pages"]) == read_in_place
-        assert (call["k"].data_ptr() == k_cache.data_ptr()) == read_in_place, "read where it lies: no copy"
+    split, *tail = stand_in.calls
+    assert bool(split["pages"]) == in_place
+    assert (split["k"].data_ptr() == k_cache.data_ptr()) == in_place, "read where it lies: no copy"
+    assert len(tail) == (seqlen_q == 4), "the tail of the masked rows in a launch of its own"
+    for call in tail:  # the tail's keys start anywhere: a copy of their own where the chunks read pages in place
+        assert not call["pages"] and (call["k"].data_ptr() == k_cache.data_ptr()) is False
 
 
 def test_builds_no_autograd_graph(stand_in):

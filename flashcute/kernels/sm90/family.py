@@ -188,9 +188,10 @@ PAGE_SIZES = (16, 64, 256)
 
 
 def reads_pages(page_size: int) -> bool:
-    """Whether the forward reads K and V from a paged cache where it lies (forward_launcher's page_size): pages of
-    whole 8-row swizzle atoms, so that a TMA box of a page's rows lands on them."""
-    return page_size % 8 == 0
+    """Whether the forward reads K and V from a paged cache where it lies (forward_launcher's page_size): pages of a
+    power of two rows, 8 or more, so that a box (page_rows, a whole number of 8-row swizzle atoms) divides both a
+    page and the split-KV chunks (multiples of 128 keys), and a chunk never starts inside a box."""
+    return page_size >= 8 and page_size & (page_size - 1) == 0
 
 
 def supports_forward(head_dim: int, head_dim_v: int) -> bool:
