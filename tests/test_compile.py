@@ -210,9 +210,9 @@ _PACKED_SM90_WIDE = (
 )
 
 _PAGED_SM90 = (
-    "Hopper forward reading a paged cache where it lies: the producer warpgroup's 24 registers (setmaxnreg) hold a "
-    "box's page lookup (the table row, the position's page and row) beside the TMA coordinates of 3-4 column boxes "
-    "at head dims 192 and 256, and under a sliding window at 128; the spills lie in the producer's code alone"
+    "Hopper forward reading a paged cache where it lies, at head dims 192 (fp16, causal) and 256 (where the packed "
+    "kernels spill already, _PACKED_SM90_WIDE): the producer warpgroup's 24 registers (setmaxnreg) hold a box's "
+    "page lookup beside the TMA coordinates of 3-4 column boxes: 5-37 spill instructions"
 )
 
 _VALUE_MMA_SYNC = (
@@ -349,17 +349,16 @@ KNOWN_SPILLS: dict[str, str] = {
             f"sm_90a-sm90-{dtype}-{tiles}-packed-paged{rows}"
             for dtype in ("bfloat16", "float16")
             for tiles, rows in (
-                ("d128-128x128s2-lazy8-both", 128),
-                ("d192-128x96s2-early-lazy8e-right", 16),
-                ("d192-128x96s2-early-lazy8e-right", 32),
-                ("d192-128x96s2-early-lazy8e-both", 16),
-                ("d192-128x96s2-early-lazy8e-both", 32),
                 ("d256-128x80s2-early-lazy8-nomask", 16),
                 ("d256-128x80s2-early-lazy8e-right", 16),
                 ("d256-128x80s2-early-lazy8e-both", 16),
                 ("d256-128x80s2-early-lazy8e-left", 16),
             )
         ),
+        _PAGED_SM90,
+    ),
+    **dict.fromkeys(
+        _built(f"sm_90a-sm90-float16-d192-128x96s2-early-lazy8e-right-packed-paged{rows}" for rows in (16, 32)),
         _PAGED_SM90,
     ),
     **dict.fromkeys(

@@ -671,19 +671,23 @@ class FlashAttentionForwardSm90:
         n_block: Int32,
     ):
         """Wait until the consumers have freed ``state``'s stage, then TMA tile n_block of the sequence into it a
-        box of page_rows rows at a time, each from the page its positions lie in. A box past the sequence's keys
-        (or its page table) is read from wholly outside the cache, which the TMA unit fills with zeros."""
+        box of page_rows rows at a time, each from the page its positions lie in: lane j of the producer warp looks
+        up box j's page (one round of page-table loads a tile, not one a box), and the boxes' loads take their
+        coordinates from its lanes. A box past the sequence's keys is read from wholly outside the cache, which the
+        TMA unit fills with zeros."""
         rows = self.config.page_rows
+        lane = cute.arch.lane_idx()
+        position = where.first + n_block * self.block_n + lane * rows
+        box = Int32(-1)
+        if lane < self.block_n // rows and position < where.end:
+            page_idx, row = divmod(position, where.page_div)
+            box = (where.table[page_idx] * where.page_size + row) // rows
         pipe.producer_acquire(state)
         barrier = pipe.producer_get_barrier(state)
         for j in cutlass.range(self.block_n // rows, unroll=1):  # (unrolled, the producer's 24 registers spill)
-            position = where.first + n_block * self.block_n + j * rows
-            box = Int32(-1)
-            if position < where.end:
-                page_idx, row = divmod(position, where.page_div)
-                box = (where.table[page_idx] * where.page_size + row) // rows
+            box_j = cute.arch.shuffle_sync(box, j)
             for c in cutlass.range(cute.size(tXsX, mode=[1, 1]), unroll=1):
-                cute.copy(tma_atom, tXgX[None, (box, c)], tXsX[None, (j, c, state.index)], tma_bar_ptr=barrier)
+                cute.copy(tma_atom, tXgX[None, (box_j, c)], tXsX[None, (j, c, state.index)], tma_bar_ptr=barrier)
 
     @cute.jit
     def consume(
