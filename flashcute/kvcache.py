@@ -220,8 +220,8 @@ def flash_attn_with_kvcache(
             if windowed:  # (one query row: a window is the range of keys its query sees)
                 window_start = end - 1 - min(a.window_left, capacity)
                 start = window_start.clamp_(min=0) if start is None else torch.maximum(start, window_start)
-            cut = (k_cache, v_cache, block_table, args.page_block_size)
-            chunks, tail = _paged_split(split, first_rows, start, end, tail_keys, window_right, batch * capacity, cut)
+            cache = (k_cache, v_cache, block_table, args.page_block_size)
+            chunks, tail = _split_tail(split, first_rows, start, end, tail_keys, window_right, batch * capacity, cache)
         elif tail_keys:
             chunks, tail = _split_tail(split, first_rows, start, end, tail_keys, window_right, batch * capacity)
         elif cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
@@ -283,43 +283,27 @@ def _split_tail(
     tail_keys: int,
     window_right: int,
     key_rows: int,
+    cache: tuple | None = None,
 ) -> tuple[tuple[torch.Tensor, torch.Tensor], splitkv.Tail]:
     """Sequence b's keys, positions [start, end) of its rows from first_rows[b] (start None: 0), as the split path
     takes them under a right-bounded mask: the chunks of all but its last ``tail_keys`` (fewer where it holds
-    fewer), which every query sees, and those last keys as the tail."""
+    fewer), which every query sees, and those last keys as the tail. ``cache``: (k_cache, v_cache, block_table,
+    page_size) of a paged cache read where it lies, whose chunks must start on a page: the tail's keys are copied
+    out of their pages (start None), or with ``tail_keys`` 0 (one query row or no mask, which sees every key) the
+    chunks start at the first page boundary at or past start and the keys before it are the tail."""
+    if cache is not None and not tail_keys:  # (fewer than a page, unmasked)
+        boundary = torch.minimum((start + (cache[3] - 1)) // cache[3] * cache[3], end)
+        tail = _page_rows(*cache, start, boundary - start, cache[3], -1)
+        return split.key_chunks(first_rows + boundary, end - boundary, key_rows), tail
     count = end if start is None else end - start
     first = first_rows if start is None else first_rows + start
     in_tail = count.clamp(max=tail_keys)
     common = count - in_tail
-    tail = splitkv.Tail(F.pad(first + common, (0, 1), value=key_rows), in_tail, tail_keys, window_right)
-    return split.key_chunks(first, common, key_rows), tail
-
-
-def _paged_split(
-    split: splitkv.SplitPlan,
-    first_rows: torch.Tensor,
-    start: torch.Tensor | None,
-    end: torch.Tensor,
-    tail_keys: int,
-    window_right: int,
-    key_rows: int,
-    cache: tuple,
-) -> tuple[tuple[torch.Tensor, torch.Tensor], splitkv.Tail]:
-    """_split_tail for a paged cache read where it lies, whose chunks must start on a page: sequence b's keys
-    [start, end) (start None: 0) as chunks from the first page boundary at or past start, and as the Tail either
-    the keys before it (``tail_keys`` 0: one query row or no mask, which sees them all) or its last ``tail_keys``
-    under the mask (start None), copied out of their pages. ``cache``: (k_cache, v_cache, block_table,
-    page_size)."""
-    page_size = cache[3]
-    if tail_keys:
-        in_tail = end.clamp(max=tail_keys)
-        common = end - in_tail
+    if cache is None:
+        tail = splitkv.Tail(F.pad(first + common, (0, 1), value=key_rows), in_tail, tail_keys, window_right)
+    else:
         tail = _page_rows(*cache, common, in_tail, tail_keys, window_right)
-        return split.key_chunks(first_rows, common, key_rows), tail
-    # (the chunks from the first page boundary; the keys before it, fewer than a page, the tail's, unmasked)
-    boundary = torch.minimum((start + (page_size - 1)) // page_size * page_size, end)
-    tail = _page_rows(*cache, start, boundary - start, page_size, -1)
-    return split.key_chunks(first_rows + boundary, end - boundary, key_rows), tail
+    return split.key_chunks(first, common, key_rows), tail
 
 
 def _page_rows(
