@@ -109,10 +109,11 @@ def flash_attn_with_kvcache(
     row (its causal mask and window are a range of keys) or without a mask takes the split-KV path (splitkv.py):
     the query heads of a kv head share its tiles, and each sequence's keys are cut into ``num_splits`` chunks
     walked by thread blocks of their own (0: a heuristic from the batch, heads, capacity and SM count; 1: no
-    split), merged in fp32. Several query rows under a causal mask (or one bounded on the right alone) split the
-    keys they all see alike, and attend each sequence's last seqlen_q - 1 keys, which the mask hides from some of
-    them, in a masked launch of their own, merged as one more split; under a left window they run as one packed
-    launch, whatever num_splits says.
+    split), merged in fp32. A few query rows under a causal mask (or one bounded on the right alone: seqlen_q times
+    the query heads of a kv head at most 128, a packed tile) split the keys they all see alike, and attend each
+    sequence's last seqlen_q - 1 keys, which the mask hides from some of them, in a masked launch of their own,
+    merged as one more split; more rows (a chunk of prefill) or a left window run as one packed launch, whatever
+    num_splits says.
     softcap > 0 caps the scores, softcap * tanh(score / softcap), learnable_sink (nheads,) joins every row's softmax
     denominator, and alibi_slopes (nheads,) or (batch, nheads) bias the scores by -slope * |i + offset - j| over the
     attended keys, as in flash_attn_func (with ALiBi the keys are not split: a split's keys lose their positions).
@@ -172,9 +173,12 @@ def flash_attn_with_kvcache(
 
     a = args.attention
     window_left, window_right = interface.kernel_window(a)
-    # the split path takes unmasked calls, one query row (its mask is a key range) and several under a right-bounded
-    # mask (the keys that they see alike, and a tail of the last keys under the mask: splitkv.tail_keys)
+    # the split path takes unmasked calls, one query row (its mask is a key range) and a few under a right-bounded
+    # mask (the keys that they see alike, and a tail of the last keys under the mask: splitkv.tail_keys), as many as
+    # a tile holds packed (more, a chunk of prefill, run as one masked launch)
     tail_keys = splitkv.tail_keys(seqlen_q, window_left, window_right)
+    if tail_keys and seqlen_q * (nheads // nheads_k) > splitkv.ROWS_PER_TILE:
+        tail_keys = None
     split_keys = tail_keys is not None and alibi_slopes is None
     windowed = split_keys and seqlen_q == 1 and a.window_left >= 0
     # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0). The split

@@ -453,6 +453,20 @@ def test_a_paged_cache_is_read_where_it_lies_or_gathered(monkeypatch, stand_in, 
         assert not call["pages"] and (call["k"].data_ptr() == k_cache.data_ptr()) is False
 
 
+@pytest.mark.parametrize("seqlen_q, calls", [(32, 2), (33, 1)])
+def test_masked_rows_past_a_tile_run_as_one_masked_launch(stand_in, seqlen_q, calls):
+    """Several query rows under a causal mask split their keys with a masked tail while a tile holds them packed
+    (seqlen_q x 4 query heads a kv head <= 128 rows); a chunk of prefill past that runs as one masked launch."""
+    generator = torch.Generator().manual_seed(seqlen_q)
+    q = torch.randn(1, seqlen_q, 4, 8, generator=generator, dtype=torch.float64)
+    k_cache, v_cache = (torch.randn(1, 64, 1, 8, generator=generator, dtype=torch.float64) for _ in "kv")
+    lengths = torch.tensor([50], dtype=torch.int32)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, causal=True)
+    ref = attention_kvcache_ref(q, k_cache, v_cache, cache_seqlens=lengths, causal=True)[0]
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    assert len(stand_in.calls) == calls
+
+
 def test_builds_no_autograd_graph(stand_in):
     q = torch.randn(1, 1, 2, 8, dtype=torch.float64, requires_grad=True)
     k_cache, v_cache = (torch.randn(1, 4, 2, 8, dtype=torch.float64) for _ in "kv")
