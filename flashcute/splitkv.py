@@ -89,13 +89,18 @@ class SplitPlan:
         order."""
         if self.splits == 1:  # the keys as they are
             return F.pad(first_key, (0, 1), value=key_rows), key_count
+        offsets = self.offsets()
+        starts = first_key[:, None] + torch.minimum(offsets, key_count[:, None])
+        used = (key_count[:, None] - offsets).clamp_(0, self.chunk)
+        return F.pad(starts.flatten(), (0, 1), value=key_rows), used.flatten()
+
+    def offsets(self) -> torch.Tensor:
+        """int32 (splits,): where each chunk starts in its sequence's keys, s * chunk (made once)."""
         offsets = self._offsets
         if offsets is None:
             offsets = torch.arange(0, self.splits * self.chunk, self.chunk, dtype=torch.int32, device=self.device)
             self._offsets = _kept(offsets)
-        starts = first_key[:, None] + torch.minimum(offsets, key_count[:, None])
-        used = (key_count[:, None] - offsets).clamp_(0, self.chunk)
-        return F.pad(starts.flatten(), (0, 1), value=key_rows), used.flatten()
+        return offsets
 
     def constant_chunks(self, seq_rows: int, first: int, last: int) -> tuple[torch.Tensor, torch.Tensor]:
         """key_chunks when every sequence attends its keys first .. last - 1, sequence b's rows starting at b *
@@ -122,7 +127,7 @@ class SplitPlan:
         the kernels read min(span, seqused) keys of a sequence, so seqused needs no upper bound."""
         constants = self._appended.get((added, seq_rows))
         if constants is None:
-            offsets = torch.arange(0, self.splits * self.chunk, self.chunk, dtype=torch.int32, device=self.device)
+            offsets = self.offsets()
             starts = row_starts(self.batch, seq_rows, self.device)[:, None] + offsets
             constants = (F.pad(starts.flatten(), (0, 1), value=self.batch * seq_rows), added - offsets)
             if _kept(constants[0]) is not None:
