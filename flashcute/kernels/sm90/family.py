@@ -112,6 +112,11 @@ def tma_addressable(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+# The paged-cache arguments (block_table, page_size, seq_rows) of a launch that reads K and V as contiguous rows: the
+# compiled forward takes every parameter of its __call__, None where it was built without them.
+NO_PAGES = (None,) * 3
+
+
 def forward_launcher(
     device: torch.device,
     dtype: str,
@@ -128,7 +133,7 @@ def forward_launcher(
     page_size: int = 0,
 ):
     """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None,
-    alibi=None, pages=())`` for validated inputs of this device, dtype, head dim and window (outputs allocated by
+    alibi=None, pages=NO_PAGES)`` for validated inputs of this device, dtype, head dim and window (outputs allocated by
     the caller), with the heuristic's config or ``config``; the persistent grid has one thread block per SM, or
     ``grid`` (tests: fewer blocks, each claiming several tiles). ``packed``, ``softcap``, ``sink``, ``alibi`` and
     ``head_dim_v`` as in the sm80 family's forward_launcher. ``page_size`` (packed only; reads_pages): k and v are
@@ -155,7 +160,7 @@ def forward_launcher(
         softcap: float = 0.0,
         sink: torch.Tensor | None = None,
         alibi: torch.Tensor | None = None,
-        pages: tuple = (),
+        pages: tuple = NO_PAGES,
     ) -> None:
         q, k, v = tma_addressable(q), tma_addressable(k), tma_addressable(v)
         counter = tile_counter(device)
