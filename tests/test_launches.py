@@ -31,8 +31,8 @@ def parameters_taken(kernel_class) -> int:
     return len(inspect.signature(kernel_class.__call__).parameters) - 2
 
 
-def recorded_launches(monkeypatch, module) -> list:
-    """(config, args) of every launch of ``module`` and of the shared pre- and postprocess, in order."""
+def recorded_launches(monkeypatch, *modules) -> list:
+    """(config, args) of every launch of ``modules`` and of the shared pre- and postprocess, in order."""
     launches = []
 
     def compiled(config, device, compile):
@@ -41,7 +41,7 @@ def recorded_launches(monkeypatch, module) -> list:
     def run_on_device(device, kernel, *args):
         kernel(*args)
 
-    for patched in (module, prepost):
+    for patched in (*modules, prepost):
         monkeypatch.setattr(patched, "compiled", compiled)
         monkeypatch.setattr(patched, "run_on_device", run_on_device)
     return launches
@@ -132,11 +132,8 @@ def recorded_forward_launches(monkeypatch):
     """recorded_launches of both families' forwards, on the CPU: the Hopper forward's tile counter a CPU tensor,
     the mma.sync forward's configs those of an sm_80 device."""
     monkeypatch.setattr(sm90, "tile_counter", lambda device: torch.zeros(2, dtype=torch.int32))
-    launches = recorded_launches(monkeypatch, sm90)
-    monkeypatch.setattr(sm80, "compiled", sm90.compiled)
-    monkeypatch.setattr(sm80, "run_on_device", sm90.run_on_device)
     monkeypatch.setattr(sm80, "device_arch", lambda device: "sm_80")
-    return launches
+    return recorded_launches(monkeypatch, sm90, sm80)
 
 
 @pytest.mark.parametrize("family", ["sm80", "sm90"])
