@@ -521,10 +521,15 @@ def varlen_outputs(
     softcap: float = 0.0,
     learnable_sink: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    *,
+    pages: tuple = (),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (total_q, nheads, v's headdim), lse (nheads, total_q)) of a packed batch (validated inputs only). Rows that
     no sequence counts (past seqused_q) are O = 0, LSE = -inf, as are rows whose sequence has no key (LSE = the
-    head's sink, with ``learnable_sink``). ``alibi_slopes``: (nheads,) or (batch, nheads), a row per sequence."""
+    head's sink, with ``learnable_sink``). ``alibi_slopes``: (nheads,) or (batch, nheads), a row per sequence.
+    ``pages``: (block_table, page_size, seq_rows) where k and v are a cache's pages, (pages * page_size, nheads_k,
+    headdim) rows read where they lie (registry.reads_pages said the family can): cu_seqlens_k numbers sequence b's
+    positions from b * seq_rows, and position p lies in page block_table[b, p // page_size]."""
     total_q, nheads, _ = q.shape
     # allocated from q (torch.empty with a dtype and device takes twice the host time: design.md, A call's host path)
     out, lse = q.new_empty((total_q, nheads, v.shape[-1])), q.new_empty((nheads, total_q), dtype=torch.float32)
@@ -545,10 +550,12 @@ def varlen_outputs(
     alibi = kernel_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, nheads)
     scores = {"softcap": softcap > 0, "sink": sink is not None, "alibi": alibi is not None}
     scores["head_dim_v"] = v.shape[-1]
+    scores["page_size"] = pages[1] if pages else 0
     launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], *window, name, True, **scores)
     validate_pointers(q=q, k=k, v=v)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
-    launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed, softcap, sink, alibi)
+    paged = {"pages": pages} if pages else {}
+    launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed, softcap, sink, alibi, **paged)
     return out, lse
 
 

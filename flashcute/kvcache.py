@@ -3,9 +3,10 @@
 One call is one step of incremental decoding: the new keys (and q) get their rotary embedding, the new keys and
 values are written into the cache in place, and q attends to each sequence's cached keys. The attention is one call
 to ``flash_attn_varlen_func``: a cache indexed by batch is read where it lies, as a packed batch whose sequence b
-starts at row b * seqlen_cache + cache_leftpad[b]; a cache reached through ``cache_batch_idx`` or pages
-(``block_table``) is first gathered into a contiguous copy, since the kernels read one packed tensor. Nothing reads a
-device value on the host, so a whole step can be captured in a CUDA graph and replayed with new ``cache_seqlens``.
+starts at row b * seqlen_cache + cache_leftpad[b]; so are pages (``block_table``) by the kernels that load each
+box of rows from its page (the Hopper family's); a cache reached through ``cache_batch_idx``, or pages for the
+kernels that read one packed tensor, is first gathered into a contiguous copy. Nothing reads a device value on the
+host, so a whole step can be captured in a CUDA graph and replayed with new ``cache_seqlens``.
 """
 
 from __future__ import annotations
@@ -97,10 +98,14 @@ def flash_attn_with_kvcache(
     a device index check; attention only reads each sequence's own capacity.
 
     The attention runs on the packed-batch kernels: a cache indexed by batch (no cache_batch_idx, no block_table)
-    is read where it lies, when its (batch, seqlen_cache) dims merge into one (else those rows are copied). With
-    cache_batch_idx or block_table, the kernels take one packed tensor, so each sequence's cache row or pages are
-    first gathered into a (batch, capacity, nheads_k, headdim) copy of k and of v (a page that holds none of its
-    keys is never read: page 0 stands in for it): that copy is the cost of those layouts. A call with one query
+    is read where it lies, when its (batch, seqlen_cache) dims merge into one (else those rows are copied). A paged
+    cache is read where it lies by the Hopper kernels, a box of rows at a time from its page (on the split-KV path,
+    when its (num_blocks, page_block_size) dims merge into one and registry.reads_pages says so: keys before a
+    sequence's first page boundary or in the tail of several masked rows are copied out for a launch of their own).
+    Else, and with cache_batch_idx, the kernels take
+    one packed tensor, so each sequence's cache row or pages are first gathered into a (batch, capacity, nheads_k,
+    headdim) copy of k and of v (a page that holds none of its keys is never read: page 0 stands in for it): that
+    copy is the cost of those layouts. A call with one query
     row (its causal mask and window are a range of keys) or without a mask takes the split-KV path (splitkv.py):
     the query heads of a kv head share its tiles, and each sequence's keys are cut into ``num_splits`` chunks
     walked by thread blocks of their own (0: a heuristic from the batch, heads, capacity and SM count; 1: no
@@ -178,27 +183,50 @@ def flash_attn_with_kvcache(
     windowed = split_keys and seqlen_q == 1 and a.window_left >= 0
     # Sequence b's keys: positions [start, end) of its cache, kept inside its capacity (start None: 0). The split
     # path's chunks of a plain decoding step come from cache_seqlens directly (SplitPlan.appended_chunks).
+    aligned = split_keys and not windowed and not tail_keys and cache_leftpad is None
+    # A paged cache is read where it lies on the split path: the kernels load each box of a page's rows from its
+    # page, so the chunks start on a page, and the keys before the first page boundary (a window's or the left
+    # padding's start) or after the chunks (the tail of several masked rows) are copied out of their pages for a
+    # launch of their own (_page_rows). Keys with both, and the masked packed path, gather the pages first.
+    in_place = (
+        block_table is not None
+        and split_keys
+        and not (tail_keys and cache_leftpad is not None)
+        and _pages_in_place(k_cache, v_cache, kernel, args.page_block_size)
+    )
     if cache_seqlens is None or filled is not None:
         end = splitkv.filled(batch, capacity if filled is None else min(filled + args.seqlen_new, capacity), device)
-    elif split_keys and not windowed and not tail_keys and cache_leftpad is None and block_table is None:
+    elif aligned and (block_table is None or in_place):
         end = None
     else:
         end = (cache_seqlens + args.seqlen_new).clamp(0, capacity)
     start = None if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), end)
-    if block_table is not None:
-        keys, values = _gather_pages(k_cache, v_cache, block_table, args.page_block_size, start, end)
-    elif cache_batch_idx is not None:
-        index = cache_batch_idx.long()
-        keys, values = k_cache[index], v_cache[index]
+    pages = ()
+    if in_place:  # the pages' rows; the launches number sequence b's positions from b * capacity
+        keys, values = (t.view(-1, nheads_k, t.shape[-1]) for t in (k_cache, v_cache))
+        table = block_table if block_table.stride(1) == 1 else block_table.contiguous()  # (the kernels' layout)
+        pages = (table, args.page_block_size, capacity)
     else:
-        keys, values = k_cache[:batch], v_cache[:batch]
-    keys, values = (t.reshape(batch * capacity, nheads_k, t.shape[-1]) for t in (keys, values))
+        if block_table is not None:
+            keys, values = _gather_pages(k_cache, v_cache, block_table, args.page_block_size, start, end)
+        elif cache_batch_idx is not None:
+            index = cache_batch_idx.long()
+            keys, values = k_cache[index], v_cache[index]
+        else:
+            keys, values = k_cache[:batch], v_cache[:batch]
+        keys, values = (t.reshape(batch * capacity, nheads_k, t.shape[-1]) for t in (keys, values))
     first_rows = splitkv.row_starts(batch, capacity, device)
     name = kernel or "auto"
     if split_keys:
         split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
         tail = None
-        if tail_keys:
+        if in_place and (tail_keys or start is not None or windowed):
+            if windowed:  # (one query row: a window is the range of keys its query sees)
+                window_start = end - 1 - min(a.window_left, capacity)
+                start = window_start.clamp_(min=0) if start is None else torch.maximum(start, window_start)
+            cache = (k_cache, v_cache, block_table, args.page_block_size)
+            chunks, tail = _split_tail(split, first_rows, start, end, tail_keys, window_right, batch * capacity, cache)
+        elif tail_keys:
             chunks, tail = _split_tail(split, first_rows, start, end, tail_keys, window_right, batch * capacity)
         elif cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
             last = capacity if filled is None else min(filled + args.seqlen_new, capacity)
@@ -213,7 +241,8 @@ def flash_attn_with_kvcache(
                 chunks = split.key_chunks(first_rows, end, batch * capacity)
             else:
                 chunks = split.key_chunks(first_rows + start, end - start, batch * capacity)
-        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, a.softcap, learnable_sink, tail)
+        scores = (a.softcap, learnable_sink, tail)
+        out, lse = split.attention(q, keys, values, chunks, a.softmax_scale, name, *scores, pages=pages)
         return (out, lse) if return_lse else out
 
     if start is None:
@@ -234,11 +263,21 @@ def flash_attn_with_kvcache(
         a.softcap,
         learnable_sink,
         alibi_slopes,
+        pages=pages,
     )
     out = out.view(batch, seqlen_q, nheads, v_cache.shape[-1])
     if not return_lse:
         return out
     return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()
+
+
+def _pages_in_place(k_cache: torch.Tensor, v_cache: torch.Tensor, kernel: str | None, page_size: int) -> bool:
+    """Whether the forward that runs reads the pages where they lie (registry.reads_pages): as one tensor of rows,
+    each cache's (pages, page_size) dims merged into one."""
+    if any(t.stride(0) != t.shape[1] * t.stride(1) for t in (k_cache, v_cache)):
+        return False
+    head_dims = (k_cache.shape[-1], v_cache.shape[-1])
+    return registry.reads_pages(k_cache.device, kernel, *head_dims, page_size)
 
 
 def _split_tail(
@@ -249,16 +288,51 @@ def _split_tail(
     tail_keys: int,
     window_right: int,
     key_rows: int,
+    cache: tuple | None = None,
 ) -> tuple[tuple[torch.Tensor, torch.Tensor], splitkv.Tail]:
     """Sequence b's keys, positions [start, end) of its rows from first_rows[b] (start None: 0), as the split path
     takes them under a right-bounded mask: the chunks of all but its last ``tail_keys`` (fewer where it holds
-    fewer), which every query sees, and those last keys as the tail."""
+    fewer), which every query sees, and those last keys as the tail. ``cache``: (k_cache, v_cache, block_table,
+    page_size) of a paged cache read where it lies, whose chunks must start on a page: the tail's keys are copied
+    out of their pages (start None), or with ``tail_keys`` 0 (one query row or no mask, which sees every key) the
+    chunks start at the first page boundary at or past start and the keys before it are the tail."""
+    if cache is not None and not tail_keys:  # (fewer than a page, unmasked)
+        boundary = torch.minimum((start + (cache[3] - 1)) // cache[3] * cache[3], end)
+        tail = _page_rows(*cache, start, boundary - start, cache[3], -1)
+        return split.key_chunks(first_rows + boundary, end - boundary, key_rows), tail
     count = end if start is None else end - start
     first = first_rows if start is None else first_rows + start
     in_tail = count.clamp(max=tail_keys)
     common = count - in_tail
-    tail = splitkv.Tail(F.pad(first + common, (0, 1), value=key_rows), in_tail, tail_keys, window_right)
+    if cache is None:
+        tail = splitkv.Tail(F.pad(first + common, (0, 1), value=key_rows), in_tail, tail_keys, window_right)
+    else:
+        tail = _page_rows(*cache, common, in_tail, tail_keys, window_right)
     return split.key_chunks(first, common, key_rows), tail
+
+
+def _page_rows(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    page_size: int,
+    first: torch.Tensor,
+    count: torch.Tensor,
+    width: int,
+    window_right: int,
+) -> splitkv.Tail:
+    """The Tail of each sequence's positions first[b] .. first[b] + count[b] - 1 (count <= width) of a paged cache,
+    copied into a packed batch of its own, sequence b's rows from b * width; attended under a bottom-right window
+    (-1, window_right) (-1: none). Rows past count copy page 0's first row, which no sequence reads."""
+    batch, device = block_table.shape[0], block_table.device
+    offsets = splitkv.indices(width, device)
+    used = offsets < count[:, None]
+    positions = torch.where(used, first[:, None] + offsets, 0)
+    pages = block_table.gather(1, positions // page_size).long()
+    rows = torch.where(used, pages * page_size + positions % page_size, 0).flatten()
+    keys, values = (t.view(-1, *t.shape[2:])[rows] for t in (k_cache, v_cache))
+    cu_seqlens_k = splitkv.row_starts(batch + 1, width, device)
+    return splitkv.Tail(cu_seqlens_k, count, width, window_right, keys, values)
 
 
 def _slots(

@@ -148,11 +148,13 @@ class SplitPlan:
         softcap: float = 0.0,
         learnable_sink: torch.Tensor | None = None,
         tail: Tail | None = None,
+        pages: tuple = (),
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Unmasked attention of q (batch, seqlen_q, nheads, headdim) to the rows of keys and values (rows,
         nheads_k, headdim; values may have a head dim of their own) that ``key_chunks`` name, ``kernel`` a family
         name or "auto", scores capped by ``softcap`` (> 0), ``learnable_sink`` (nheads,) in every row's denominator
-        (joined by the combine, where each row's head is known), and the keys of ``tail`` under its mask. Returns
+        (joined by the combine, where each row's head is known), and the keys of ``tail`` under its mask; ``pages``:
+        keys and values are a cache's pages, read where they lie (interface.varlen_outputs). Returns
         out (batch, seqlen_q, nheads, values' head dim) and lse (batch, nheads, seqlen_q) float32; a query with no
         key gets O = 0 and LSE = -inf (the sink, with one). Validated inputs only (the callers' checks)."""
         from flashcute.interface import kernel_sink, varlen_outputs
@@ -180,13 +182,13 @@ class SplitPlan:
         cu_seqlens_k, key_used = key_chunks
         partial_out, partial_lse = varlen_outputs(
             queries, keys, values, cu_seqlens_q, cu_seqlens_k, None, key_used, rows, self.chunk, softmax_scale, -1,
-            -1, kernel, softcap,
+            -1, kernel, softcap, pages=pages,
         )  # fmt: skip
         partial_out = partial_out.view(batch, splits, rows, nheads_k, headdim_v)
         partial_lse = partial_lse.view(nheads_k, batch, splits, rows)
         if tail is not None:
             partial_out, partial_lse = self._with_tail(
-                q, keys, values, tail, partial_out, partial_lse, softmax_scale, kernel, softcap
+                q, keys, values, tail, partial_out, partial_lse, softmax_scale, kernel, softcap, pages
             )
         prepost.combine(
             partial_out,
@@ -197,7 +199,7 @@ class SplitPlan:
         )
         return out, lse
 
-    def _with_tail(self, q, keys, values, tail, partial_out, partial_lse, softmax_scale, kernel, softcap):
+    def _with_tail(self, q, keys, values, tail, partial_out, partial_lse, softmax_scale, kernel, softcap, pages):
         """The splits' partial O and LSE with the tail's as one more split: the tail's keys attended by a masked
         packed launch of q's rows as they lie (a mask needs each row's position, which packed rows do not give the
         kernels), its O and LSE then laid out as the packed rows' (position, head in the group)."""
@@ -206,9 +208,11 @@ class SplitPlan:
         batch, seqlen_q, nheads, headdim = q.shape
         nheads_k, group, splits, headdim_v = self.nheads_k, self.group, self.splits, values.shape[-1]
         cu_seqlens_q = row_starts(batch + 1, seqlen_q, self.device)
+        if tail.keys is not None:  # a copy of its own, not in the split's keys (nor in their pages)
+            keys, values, pages = tail.keys, tail.values, ()
         tail_out, tail_lse = varlen_outputs(
             q.reshape(batch * seqlen_q, nheads, headdim), keys, values, cu_seqlens_q, tail.cu_seqlens_k, None,
-            tail.seqused_k, seqlen_q, tail.max_keys, softmax_scale, -1, tail.window_right, kernel, softcap,
+            tail.seqused_k, seqlen_q, tail.max_keys, softmax_scale, -1, tail.window_right, kernel, softcap, pages=pages,
         )  # fmt: skip
         tail_out = tail_out.view(batch, 1, seqlen_q, nheads_k, group, headdim_v).transpose(3, 4)
         out = torch.cat((partial_out.view(batch, splits, seqlen_q, group, nheads_k, headdim_v), tail_out), dim=1)
@@ -219,15 +223,19 @@ class SplitPlan:
 
 @dataclasses.dataclass(frozen=True)
 class Tail:
-    """Each sequence's last keys, which its several query rows see under a right-bounded mask (causal, bottom-right)
-    where they see every key before them alike: ``seqused_k`` (batch,) of them from ``cu_seqlens_k``'s starts
-    (batch + 1,), at most ``max_keys``; with that many keys, the mask is the kernels' window (-1, window_right)
-    aligned bottom-right (``tail_keys``)."""
+    """Keys of each sequence attended by a launch of their own beside the split chunks, merged as one more split:
+    its last keys, which its several query rows see under a right-bounded mask (causal, bottom-right) where they
+    see every key before them alike (``tail_keys``), or keys a paged cache's chunks leave out (kvcache.py).
+    ``seqused_k`` (batch,) of them from ``cu_seqlens_k``'s starts (batch + 1,), at most ``max_keys``, under the
+    kernels' window (-1, window_right) aligned bottom-right (-1: none); in ``keys`` and ``values`` where they are
+    a copy of their own, else in the split's."""
 
     cu_seqlens_k: torch.Tensor
     seqused_k: torch.Tensor
     max_keys: int
     window_right: int
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
 
 
 def tail_keys(seqlen_q: int, window_left: int, window_right: int) -> int:

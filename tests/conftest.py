@@ -29,8 +29,9 @@ def kernel(request) -> str:
 @pytest.fixture
 def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
     """The split-KV path (flash_attn_with_kvcache, flash_attn_func) on CPU tensors: the CUDA kernels' input checks
-    pass them through, the packed launch is the float64 stand-in, the combine ``combine_plainly``, and split-KV
-    cuts keys into chunks of 2 (at least 4 to a split, for a GPU of 132 SMs), so that small caches split."""
+    pass them through, the packed launch is the float64 stand-in (reading a paged cache where it lies, as the
+    Hopper kernels do: registry.reads_pages says yes), the combine ``combine_plainly``, and split-KV cuts keys into
+    chunks of 2 (at least 4 to a split, for a GPU of 132 SMs), so that small caches split."""
     launch = PackedLaunchStandIn()
     monkeypatch.setattr(interface, "varlen_outputs", launch)
     monkeypatch.setattr(prepost, "combine", combine_plainly)
@@ -38,6 +39,7 @@ def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
         monkeypatch.setattr(module, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
     for module in (splitkv, interface):
         monkeypatch.setattr(module, "num_sms", lambda device: 132)
+    monkeypatch.setattr(registry, "reads_pages", lambda device, kernel, head_dim, head_dim_v, page_size: True)
     monkeypatch.setattr(splitkv, "KEY_TILE", 2)
     monkeypatch.setattr(splitkv, "MIN_SPLIT_KEYS", 4)
     splitkv.plan.cache_clear()  # plans made under these sizes stay with these tests

@@ -235,19 +235,22 @@ def time_on_the_cpu(monkeypatch, clock) -> None:
 class PackedLaunchStandIn:
     """The packed-batch forward launch (interface.varlen_outputs) in float64 on the CPU, reading sequence b's rows
     as the kernels do: cu_seqlens[b] + [0, min(cu_seqlens[b + 1] - cu_seqlens[b], seqused[b])), which must lie
-    inside the packed tensor and within max_seqlen. Records each call's packed tensors and sequence lengths."""
+    inside the packed tensor and within max_seqlen; with ``pages`` (block_table, page_size, seq_rows), k and v are
+    a cache's pages and row r of that numbering is position r % seq_rows of sequence r // seq_rows, in its page
+    of block_table, which must be one of the cache's. Records each call's packed tensors and sequence lengths."""
 
     def __init__(self):
         self.calls: list[dict] = []
 
     def __call__(
         self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-        window_left, window_right, kernel, softcap=0.0, learnable_sink=None, alibi_slopes=None,
+        window_left, window_right, kernel, softcap=0.0, learnable_sink=None, alibi_slopes=None, *, pages=(),
     ):  # fmt: skip
+        key_rows = k.shape[0] if not pages else pages[0].shape[0] * pages[2]
         lengths = []
         for cu, used, rows, longest in (
             (cu_seqlens_q, seqused_q, q.shape[0], max_seqlen_q),
-            (cu_seqlens_k, seqused_k, k.shape[0], max_seqlen_k),
+            (cu_seqlens_k, seqused_k, key_rows, max_seqlen_k),
         ):
             starts = cu.tolist()
             spans = [end - start for start, end in itertools.pairwise(starts)]
@@ -255,13 +258,30 @@ class PackedLaunchStandIn:
             for b, n in enumerate(counts):
                 assert 0 <= n <= longest and starts[b] >= 0 and starts[b] + n <= rows, (b, starts, counts, rows)
             lengths.append(counts)
-        self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1]})
+        self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1], "pages": pages})
+        if pages:
+            k, v = read_pages(k, v, pages, cu_seqlens_k.tolist(), lengths[1])
         out, lse = attention_varlen_ref(
             q, k, v, cu_seqlens_q, cu_seqlens_k, *(torch.tensor(n, dtype=torch.int32) for n in lengths),
             softmax_scale, window_size=(window_left, window_right), softcap=softcap, learnable_sink=learnable_sink,
             alibi_slopes=alibi_slopes, return_lse=True,
         )  # fmt: skip
         return out.to(q.dtype), lse  # LSE kept in float64 (the kernels' is float32): the splits merge exactly
+
+
+def read_pages(k, v, pages: tuple, starts: list[int], counts: list[int]) -> tuple:
+    """k and v in the rows of the launch's numbering (PackedLaunchStandIn), from a cache's pages: the rows that
+    the sequences read, each checked to lie in one of the cache's pages; the others zero."""
+    table, page_size, seq_rows = pages
+    rows = torch.zeros(table.shape[0] * seq_rows, dtype=torch.long)
+    read = torch.zeros_like(rows, dtype=torch.bool)
+    for start, count in zip(starts, counts, strict=False):
+        for r in range(start, start + count):
+            b, position = divmod(r, seq_rows)
+            page = int(table[b, position // page_size])
+            assert 0 <= page * page_size < k.shape[0], f"row {r}: sequence {b}'s page {page} is not the cache's"
+            rows[r], read[r] = page * page_size + position % page_size, True
+    return tuple(torch.where(read[:, None, None], t[rows], torch.zeros_like(t[rows])) for t in (k, v))
 
 
 def combine_plainly(partial_out, partial_lse, out, lse, sink=None) -> None:

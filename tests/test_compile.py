@@ -61,7 +61,7 @@ def full_matrix() -> list[tuple[object, str]]:
         for name in exact:
             family = name.split("-")[0]
             later = family in registry.FAMILIES and arch != registry.family(family).ARCHS[0]
-            if later or name.endswith(("-softcap", "-sink", "-alibi", "-packed")) or name.startswith(THIN):
+            if later or name.endswith(("-softcap", "-sink", "-alibi", "-packed", "-paged")) or name.startswith(THIN):
                 sampled = one_per_bucket
             elif family == "sm80":
                 sampled = dtype_in_turn
@@ -87,7 +87,7 @@ def one_per_bucket(config) -> bool:
 
 # Kinds that came after the draws below were first taken: they draw last, so that every other kind keeps the
 # variants whose spills are listed below.
-APPENDED_KINDS = {("sm90", "bwd-deterministic")}
+APPENDED_KINDS = {("sm90", "bwd-deterministic"), ("sm90", "fwd-paged")}
 
 
 def representative() -> list[tuple[object, str]]:
@@ -207,6 +207,12 @@ _ALIBI_SM90_D256 = (
 _PACKED_SM90_WIDE = (
     "Hopper forward at head dims 192 and 256 for packed batches: as _SM90_D256_CLAIMS, with a sequence's offsets and "
     "lengths beside the claimed index in the per-tile code: 5-35 spill instructions outside the K/V step loops"
+)
+
+_PAGED_SM90 = (
+    "Hopper forward reading a paged cache where it lies, at head dims 192 (fp16, causal) and 256 (where the packed "
+    "kernels spill already, _PACKED_SM90_WIDE): the producer warpgroup's 24 registers (setmaxnreg) hold a box's "
+    "page lookup beside the TMA coordinates of 3-4 column boxes: 5-37 spill instructions"
 )
 
 _VALUE_MMA_SYNC = (
@@ -337,6 +343,23 @@ KNOWN_SPILLS: dict[str, str] = {
             ]
         ),
         _PACKED_SM90_WIDE,
+    ),
+    **dict.fromkeys(
+        _built(
+            f"sm_90a-sm90-{dtype}-{tiles}-packed-paged{rows}"
+            for dtype in ("bfloat16", "float16")
+            for tiles, rows in (
+                ("d256-128x80s2-early-lazy8-nomask", 16),
+                ("d256-128x80s2-early-lazy8e-right", 16),
+                ("d256-128x80s2-early-lazy8e-both", 16),
+                ("d256-128x80s2-early-lazy8e-left", 16),
+            )
+        ),
+        _PAGED_SM90,
+    ),
+    **dict.fromkeys(
+        _built(f"sm_90a-sm90-float16-d192-128x96s2-early-lazy8e-right-packed-paged{rows}" for rows in (16, 32)),
+        _PAGED_SM90,
     ),
     **dict.fromkeys(
         _built(

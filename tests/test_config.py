@@ -102,6 +102,24 @@ def test_sm90_heuristic_by_mask(window):
     assert {sm90_fwd_config(256, dtype, *window).block_n for dtype in DTYPES} == {80}
 
 
+@pytest.mark.parametrize(
+    "head_dim, page_size, page_rows",
+    [(128, 16, 16), (128, 64, 64), (128, 256, 128), (64, 1024, 128), (192, 256, 32), (256, 64, 16), (96, 8, 8)],
+)
+def test_sm90_paged_forward_boxes_divide_the_page_and_the_kv_tile(head_dim, page_size, page_rows):
+    config = sm90_fwd_config(head_dim, "bfloat16", packed=True, page_size=page_size)
+    assert config.page_rows == page_rows and config.block_n % page_rows == 0 and page_size % page_rows == 0
+    assert dataclasses.replace(config, page_rows=0) == sm90_fwd_config(head_dim, "bfloat16", packed=True)
+
+
+def test_which_families_read_pages_where_they_lie():
+    """The Hopper forward reads pages of a power of two rows, 8 or more (its boxes then divide a page and the
+    split chunks of 128 keys); the sm80 kernels take one packed tensor."""
+    sm90, sm80 = registry.family("sm90"), registry.family("sm80")
+    assert [size for size in (4, 8, 16, 24, 48, 64, 100, 256, 512) if sm90.reads_pages(size)] == [8, 16, 64, 256, 512]
+    assert not any(sm80.reads_pages(size) for size in (16, 64, 256))
+
+
 def test_sm90_step_order_by_head_dim_and_mask():
     """docs/tuning-sm90.md, Step order: one-chain row sums and the turn taken before the K wait at D=64 without a
     mask and at D=128 (there also passed after Q K^T); elsewhere the default order."""

@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashcute
 from flashcute import interface, splitkv
+from flashcute.kernels import registry
 from flashcute.kernels.common import prepost
 from flashcute.kvcache import apply_rotary, flash_attn_with_kvcache
 from flashcute.reference import attention_kvcache_ref
@@ -37,11 +38,12 @@ def keys_per_sequence(calls: list[dict], batch: int) -> list[int]:
 
 
 def check_tail_call(calls: list[dict], seqlen_q: int) -> None:
-    """One attention call a step, or two where several query rows under a mask take the split path: the second,
-    q's rows as they lie (unpacked), attends each sequence's tail of at most seqlen_q - 1 keys."""
+    """One attention call a step, or two where some keys go to a launch of their own (splitkv.Tail: the tail of
+    several masked rows, a paged cache's keys before its first page boundary): the second reads q's rows as they
+    lie, not packed by kv head."""
     assert len(calls) in (1, 2), "one attention call, and one for the tail's keys"
     if len(calls) == 2:
-        assert seqlen_q > 1 and max(calls[1]["lengths_k"]) <= seqlen_q - 1, calls[1]["lengths_k"]
+        assert calls[1]["q"].shape[0] == len(calls[1]["lengths_q"]) * seqlen_q, "the tail's q rows as they lie"
 
 
 def queries_of(call: dict, shape: tuple[int, ...]) -> torch.Tensor:
@@ -415,6 +417,40 @@ def test_v_cache_with_a_head_dim_of_its_own(stand_in, seqlen_q, causal, paged):
     torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
     assert torch.equal(k_cache, ref_k_cache) and torch.equal(v_cache, ref_v_cache)
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["read-in-place", "gathered"])
+@pytest.mark.parametrize("seqlen_q, causal", [(1, True), (4, True), (3, False)], ids=["split", "tail", "packed"])
+def test_a_paged_cache_is_read_where_it_lies_or_gathered(monkeypatch, stand_in, in_place, seqlen_q, causal):
+    """Where the family reads pages where they lie (registry.reads_pages) the split chunks' launch gets the cache's
+    rows and its block table, without a copy, and the tail of the masked rows a copy of its keys; else the
+    sequences' pages gathered. Both as the reference, with junk entries in the table for pages no sequence reads."""
+    monkeypatch.setattr(registry, "reads_pages", lambda *args: in_place)
+    generator = torch.Generator().manual_seed(seqlen_q)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    k_cache, v_cache = randn(9, 4, 2, 8), randn(9, 4, 2, 8)  # 9 pages of 4 rows, 3 a sequence
+    inputs = {
+        "k": randn(2, seqlen_q, 2, 8),
+        "v": randn(2, seqlen_q, 2, 8),
+        "cache_seqlens": torch.tensor([1, 8 - seqlen_q], dtype=torch.int32),
+        "block_table": torch.tensor([[7, 3, -3], [2, 5, 100]], dtype=torch.int32),
+        "causal": causal,
+    }
+    q = randn(2, seqlen_q, 4, 8)
+    ref_out, ref_lse, ref_k_cache, ref_v_cache = attention_kvcache_ref(q, k_cache, v_cache, **inputs)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, **inputs, return_lse=True)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-6, atol=1e-6)
+    assert torch.equal(k_cache, ref_k_cache) and torch.equal(v_cache, ref_v_cache)
+    split, *tail = stand_in.calls
+    assert bool(split["pages"]) == in_place
+    assert (split["k"].data_ptr() == k_cache.data_ptr()) == in_place, "read where it lies: no copy"
+    assert len(tail) == (seqlen_q == 4), "the tail of the masked rows in a launch of its own"
+    for call in tail:  # the tail's keys start anywhere: a copy of their own where the chunks read pages in place
+        assert not call["pages"] and (call["k"].data_ptr() == k_cache.data_ptr()) is False
 
 
 @pytest.mark.parametrize("seqlen_q, calls", [(32, 2), (33, 1)])

@@ -85,6 +85,9 @@ CASES = [
     case("paged", 256, 3, seqlen_new=None, nheads_k=1),
     case("batch", 1000, seqlen_new=None, options={"causal": True, "softcap": 5.0}),  # split-KV, capped scores
     case("paged", 64, 5, seqlen_q=3, seqlen_new=3, nheads=4, options={"causal": True, "softcap": 1.5}),
+    # pages read where they lie, the keys before a sequence's first page boundary copied out: left padding, a window
+    case("paged", 64, 5, leftpad=[0, 1, 64, 100], options={"window_size": (70, 0)}),
+    case("paged", 16, 40, headdim=256, nheads=4, leftpad=[0, 1, 9, 600]),
     case(
         "paged",
         256,

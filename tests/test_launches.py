@@ -15,9 +15,11 @@ from flashcute.kernels.common.prepost_config import bwd_post_config, bwd_pre_con
 from flashcute.kernels.launch import DENSE
 from flashcute.kernels.sm80 import family as sm80
 from flashcute.kernels.sm80.config import bwd_config, dq_config
+from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
 from flashcute.kernels.sm90 import family as sm90
 from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
 from flashcute.kernels.sm90.config import sm90_bwd_config
+from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 
 BATCH, SEQLEN_Q, SEQLEN_K, NHEADS, NHEADS_K, HEAD_DIM = 2, 100, 70, 4, 2, 64
 SCALE, DIAG, WINDOW = 0.125, SEQLEN_K - SEQLEN_Q, (-1, 0)
@@ -29,8 +31,8 @@ def parameters_taken(kernel_class) -> int:
     return len(inspect.signature(kernel_class.__call__).parameters) - 2
 
 
-def recorded_launches(monkeypatch, module) -> list:
-    """(config, args) of every launch of ``module`` and of the shared pre- and postprocess, in order."""
+def recorded_launches(monkeypatch, *modules) -> list:
+    """(config, args) of every launch of ``modules`` and of the shared pre- and postprocess, in order."""
     launches = []
 
     def compiled(config, device, compile):
@@ -39,7 +41,7 @@ def recorded_launches(monkeypatch, module) -> list:
     def run_on_device(device, kernel, *args):
         kernel(*args)
 
-    for patched in (module, prepost):
+    for patched in (*modules, prepost):
         monkeypatch.setattr(patched, "compiled", compiled)
         monkeypatch.setattr(patched, "run_on_device", run_on_device)
     return launches
@@ -123,3 +125,45 @@ def test_mma_sync_backward_launches(monkeypatch, deterministic):
         assert after[:7] == (q, k, v, dout, lse, delta, dq) and after[7:] == main[9:]
     else:
         assert after == (dq_accum, dq, SCALE)
+
+
+@pytest.fixture
+def recorded_forward_launches(monkeypatch):
+    """recorded_launches of both families' forwards, on the CPU: the Hopper forward's tile counter a CPU tensor,
+    the mma.sync forward's configs those of an sm_80 device."""
+    monkeypatch.setattr(sm90, "tile_counter", lambda device: torch.zeros(2, dtype=torch.int32))
+    monkeypatch.setattr(sm80, "device_arch", lambda device: "sm_80")
+    return recorded_launches(monkeypatch, sm90, sm80)
+
+
+@pytest.mark.parametrize("family", ["sm80", "sm90"])
+@pytest.mark.parametrize("variant", ["dense", "capped", "paged"])
+def test_forward_launches_pass_every_argument_the_kernel_takes(recorded_forward_launches, family, variant):
+    """Every forward launch passes as many arguments as the compiled kernel takes (it refuses a call with fewer),
+    None for each optional one the config leaves out: a dense call, a capped one with sinks, and (the Hopper
+    forward) a packed read of a paged cache, whose block table, page size and sequence span come last."""
+    if variant == "paged" and family == "sm80":
+        pytest.skip("the mma.sync forward reads no pages")
+    _, q, k, v, out, lse = tensors()
+    cpu, module = torch.device("cpu"), sm90 if family == "sm90" else sm80
+    options = {"softcap": True, "sink": True} if variant == "capped" else {}
+    if variant == "paged":
+        options = {"packed": True, "page_size": 16}
+    if family == "sm90":
+        options["grid"] = 132
+    launch = module.forward_launcher(cpu, "bfloat16", HEAD_DIM, *WINDOW, **options)
+    call = {"softcap": 30.0, "sink": torch.zeros(NHEADS)} if variant == "capped" else {}
+    packed_args = DENSE
+    if variant == "paged":
+        table = torch.zeros(BATCH, 4, dtype=torch.int32)
+        packed_args = (torch.zeros(BATCH + 1, dtype=torch.int32),) * 2 + (torch.zeros(BATCH, dtype=torch.int32),) * 2
+        packed_args += (SEQLEN_Q, SEQLEN_K)
+        call["pages"] = (table, 16, 64)
+    launch(q, k, v, out, lse, SCALE, DIAG, packed_args, **call)
+    ((_, args),) = recorded_forward_launches
+    kernel_class = FlashAttentionForwardSm90 if family == "sm90" else FlashAttentionForwardSm80
+    assert len(args) == parameters_taken(kernel_class)
+    if variant == "paged":
+        assert args[-3:] == call["pages"]
+    if variant == "capped":
+        assert any(a is call["sink"] for a in args) and 30.0 in [a for a in args if isinstance(a, float)]

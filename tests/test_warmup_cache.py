@@ -39,6 +39,18 @@ def test_warmup_value_adds_the_pairs_of_head_dims_models_use(capsys):
     assert not any("v128" in line for line in plain.splitlines())
 
 
+def test_warmup_paged_adds_the_forward_over_a_paged_cache(capsys):
+    flags = ("warmup", "--arch", "sm_90a", "--dry-run", "--headdim", "128", "--causal", "no", "--pass", "fwd")
+    code, out, _ = run_main(capsys, *flags, "--paged")
+    paged = [lb for lb in (line.split()[1] for line in out.splitlines()) if "-paged" in lb]
+    assert code == 0
+    # pages of 16, 64 and 256 rows read in boxes of 16, 64 and 128 rows (the D=128 K/V tile's)
+    assert sorted(lb.rpartition("-paged")[2] for lb in paged) == ["128", "16", "64"]
+    assert all(lb.startswith("sm90-") and "-packed-" in lb for lb in paged)
+    _, plain, _ = run_main(capsys, *flags)
+    assert "-paged" not in plain
+
+
 def test_warmup_all_is_every_variant(capsys):
     code, out, _ = run_main(capsys, "warmup", "--arch", "sm_80", "--all", "--dry-run")
     assert code == 0 and len(out.splitlines()) == len(all_variants("sm_80"))

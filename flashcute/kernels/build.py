@@ -116,6 +116,17 @@ class SymbolicProblem:
         strides = (cute.sym_int64(divisibility=4), cute.sym_int64(divisibility=4), 1)
         return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=16)
 
+    def paged_cache(self) -> tuple:
+        """A cache's pages (flash_attn_with_kvcache's block_table): the (batch, pages) int32 table with a unit last
+        stride, the rows of a page and the rows a sequence's positions span (its capacity)."""
+        import cutlass
+        import cutlass.cute as cute
+
+        table = cute.runtime.make_fake_tensor(
+            cutlass.Int32, (cute.sym_int(), cute.sym_int()), stride=(cute.sym_int64(), 1), assumed_align=4
+        )
+        return table, cutlass.Int32(0), cutlass.Int32(0)
+
     def q_tile_counters(self):
         """(batch, nheads, Q tiles) int32 with a unit last stride: an order counter per Q tile (common/semaphore.py)."""
         import cutlass
@@ -125,19 +136,19 @@ class SymbolicProblem:
         return cute.runtime.make_fake_tensor(cutlass.Int32, shape, stride=(cute.sym_int64(), cute.sym_int64(), 1))
 
 
-def optional_arguments(p: SymbolicProblem, config, last=None) -> tuple:
+def optional_arguments(p: SymbolicProblem, config, *last) -> tuple:
     """What an attention kernel built for ``config`` takes behind the stream: a packed batch's arguments
     (packed_batch; None for a dense batch, as launch.DENSE passes them), with ``config.softcap`` the cap, with a
     forward's ``config.sink`` the (nheads,) float32 sinks (a slot the backward kernels do not have), with
-    ``config.alibi`` the (batch, nheads) float32 slopes, then ``last``, a kernel's own last argument where it has
-    one (the Hopper backward's Q tile counters); None for each left out, the trailing ones dropped (the launches
-    pass None there)."""
+    ``config.alibi`` the (batch, nheads) float32 slopes, then ``last``, a kernel's own last arguments where it has
+    them (the Hopper backward's Q tile counters, the Hopper forward's pages: paged_cache); None for each left out,
+    the trailing ones dropped (the launches pass None there)."""
     import cutlass
 
     after = [*(p.packed_batch() if config.packed else (None,) * 6), cutlass.Float32(0.0) if config.softcap else None]
     if hasattr(config, "sink"):
         after.append(p.head_vector() if config.sink else None)
-    after += [p.alibi_slopes() if config.alibi else None, last]
+    after += [p.alibi_slopes() if config.alibi else None, *last]
     while after and after[-1] is None:
         after.pop()
     return tuple(after)

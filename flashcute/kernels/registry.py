@@ -3,10 +3,11 @@
 A family is a folder under kernels/ with a ``family`` module that provides NAME, ARCHS (the targets it is built for
 without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
 dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right,
-packed, softcap=False, sink=False, alibi=False[, head_dim_v])`` (a ``launch(q, k, v, out, lse, softmax_scale,
-diag_offset[, packed_args, softcap, sink, alibi])``; head_dim_v, v's head dim where it is not q's, only where
-``supports_forward(head_dim, head_dim_v)``), ``supports_backward(head_dim, deterministic, packed, head_dim_v=None)``
-and ``backward(..., deterministic, packed_args, softcap, alibi)``
+packed, softcap=False, sink=False, alibi=False[, head_dim_v][, page_size])`` (a ``launch(q, k, v, out, lse,
+softmax_scale, diag_offset[, packed_args, softcap, sink, alibi][, pages])``; head_dim_v, v's head dim where it is
+not q's, only where ``supports_forward(head_dim, head_dim_v)``; page_size, a packed forward over a cache's pages
+where they lie, only where ``reads_pages(page_size)``), ``supports_backward(head_dim, deterministic, packed,
+head_dim_v=None)`` and ``backward(..., deterministic, packed_args, softcap, alibi)``
 (returning dq, dk, dv and D = rowsum(dO * O), (batch, nheads, rows >= seqlen_q) float32, 0 past seqlen_q).
 Adding a family is one folder and one line in FAMILIES.
 """
@@ -91,20 +92,38 @@ def forward_launcher(
     sink: bool = False,
     alibi: bool = False,
     head_dim_v: int | None = None,
+    page_size: int = 0,
 ):
     """The first family's (from ``kernel`` on; None: the fastest) ``forward_launcher`` for these, made once;
     ``head_dim_v``: v's head dim where it is not q's, which only the families whose supports_forward takes it
-    run."""
+    run; ``page_size``: k and v are the pages of a cache (reads_pages must have said the family reads them)."""
     head_dim_v = None if head_dim_v == head_dim else head_dim_v
     key = (device, dtype, head_dim, window_left, window_right, kernel, packed, softcap, sink, alibi, head_dim_v)
+    key += (page_size,)
     launch = _forward_launchers.get(key)
     if launch is None:
         window = (window_left, window_right)
         scores = {"softcap": softcap, "sink": sink, "alibi": alibi, "head_dim_v": head_dim_v}
-        family = next(f for f in pick(device, kernel) if f.supports_forward(head_dim, head_dim_v or head_dim))
-        launch = family.forward_launcher(device, dtype, head_dim, *window, packed, **scores)
+        if page_size:
+            scores["page_size"] = page_size
+        launch = _forward_family(device, kernel, head_dim, head_dim_v).forward_launcher(
+            device, dtype, head_dim, *window, packed, **scores
+        )
         _forward_launchers[key] = launch
     return launch
+
+
+def _forward_family(device: torch.device, kernel: str | None, head_dim: int, head_dim_v: int | None) -> ModuleType:
+    """The first family from ``kernel`` on whose forward takes these head dims."""
+    return next(f for f in pick(device, kernel) if f.supports_forward(head_dim, head_dim_v or head_dim))
+
+
+def reads_pages(device: torch.device, kernel: str | None, head_dim: int, head_dim_v: int, page_size: int) -> bool:
+    """Whether the family that forward_launcher picks reads K and V from a cache's pages of ``page_size`` rows
+    where they lie (its reads_pages), or needs them gathered into one tensor first."""
+    return _forward_family(device, kernel, head_dim, None if head_dim_v == head_dim else head_dim_v).reads_pages(
+        page_size
+    )
 
 
 def forward_once(

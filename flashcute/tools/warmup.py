@@ -54,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--alibi", action="store_true", help="also the kernels with ALiBi biases (e.g. MPT, BLOOM)")
     parser.add_argument(
+        "--paged",
+        action="store_true",
+        help="also the forward kernels that read a paged KV cache where it lies (flash_attn_with_kvcache with a "
+        "block_table; pages of 16, 64 and 256 rows)",
+    )
+    parser.add_argument(
         "--value",
         action="store_true",
         help="also the kernels where v's head dim is not q's, for the pairs models use (192,128 and 128,64: "
@@ -88,7 +94,7 @@ def chosen_variants(args: argparse.Namespace, arch: str) -> list:
     kinds = {"fwd"} if "fwd" in args.passes else set()
     if "bwd" in args.passes:
         kinds |= {"bwd", "dq", "bwd-deterministic"} if args.deterministic else {"bwd"}
-    names = ("packed", "softcap", "sink", "alibi", "value")
+    names = ("packed", "softcap", "sink", "alibi", "value", "paged")
     layouts = ("", *(f"-{name}" for name in names if getattr(args, name)))
     configs = [
         c for name in families for kind in kinds for end in layouts for c in groups.get(f"{name}-{kind}{end}", [])

@@ -90,13 +90,15 @@ def mask_label(config) -> str:
 def attention_label(config, prefix: str, tiles: str) -> str:
     """The label of an attention kernel's config: "<prefix>-<dtype>-<head dim>-<tiles>-<mask>" (no prefix: no dash),
     "-softcap" appended for a kernel that caps the scores, "-sink" for one with learnable sinks, "-alibi" for one with
-    ALiBi biases, "-packed" for one of packed variable-length batches."""
+    ALiBi biases, "-packed" for one of packed variable-length batches, "-paged<rows>" for one that reads K and V from
+    pages of a cache."""
     softcap = "-softcap" if config.softcap else ""
     sink = "-sink" if getattr(config, "sink", False) else ""  # a forward's field only
     alibi = "-alibi" if config.alibi else ""
     packed = "-packed" if config.packed else ""
+    paged = f"-paged{config.page_rows}" if getattr(config, "page_rows", 0) else ""  # a Hopper forward's field only
     head = f"{prefix + '-' if prefix else ''}{config.dtype}-{head_dim_label(config)}"
-    return f"{head}-{tiles}-{mask_label(config)}{softcap}{sink}{alibi}{packed}"
+    return f"{head}-{tiles}-{mask_label(config)}{softcap}{sink}{alibi}{packed}{paged}"
 
 
 def rows_per_copy(head_dim_padded: int, num_threads: int) -> int:
@@ -122,12 +124,12 @@ def streaming_limits(config, num_threads: int) -> str | None:
 
 def in_sample(kind: str, config) -> bool:
     """Whether the compile tests, ``flashcute check`` and ``warmup --all`` build this variant of registry.variants'
-    group ``kind``: all of a plain group; of the packed variable-length, softcap, sink, ALiBi and v head dim ("value")
-    groups every bucket and mask, the dtypes taken in turn. Packing changes only where a tile's rows are
-    (kernels/common/seqlen.py), softcap and ALiBi one step each on the scores (kernels/common/softcap.py, alibi.py),
-    a sink the epilogue's statistics (softmax.finalize) and v's head dim the V and O tiles' width, not the tiling, so
-    a sample covers each without doubling the variant matrix."""
-    return not kind.endswith(("-packed", "-softcap", "-sink", "-alibi", "-value")) or dtype_in_turn(config)
+    group ``kind``: all of a plain group; of the packed variable-length, softcap, sink, ALiBi, v head dim ("value")
+    and paged-cache groups every bucket and mask, the dtypes taken in turn. Packing changes only where a tile's rows
+    are (kernels/common/seqlen.py), softcap and ALiBi one step each on the scores (kernels/common/softcap.py,
+    alibi.py), a sink the epilogue's statistics (softmax.finalize), v's head dim the V and O tiles' width and pages
+    the producer's loads, not the tiling, so a sample covers each without doubling the variant matrix."""
+    return not kind.endswith(("-packed", "-softcap", "-sink", "-alibi", "-value", "-paged")) or dtype_in_turn(config)
 
 
 def dtype_in_turn(config) -> bool:

@@ -25,6 +25,13 @@ def smem_layout(
     return cute.tile_to_shape(atom, (rows, head_dim, stages), (0, 1, 2))
 
 
+def atom_columns(dtype: type[cutlass.Numeric], head_dim: int) -> int:
+    """Columns of the swizzle atom that smem_layout tiles a (rows, head_dim) stage with (64 for 16-bit types at a
+    head dim that 64 divides): a stage's rows of those columns lie together, one atom of 8 rows after another."""
+    atom = sm90_utils.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, head_dim)
+    return cute.size(warpgroup.make_smem_layout_atom(atom, dtype).outer, mode=[1])
+
+
 def restaged(layout: cute.ComposedLayout, over: cute.ComposedLayout) -> cute.Layout:
     """``layout``'s outer (rows, head_dim, stages) layout with its stages as far apart as ``over``'s: a narrower
     tile kept in a wider one's shared memory, each stage at the start of the other's (O in Q's stages)."""
@@ -49,6 +56,17 @@ def partition_tiles(tma_atom: cute.CopyAtom, sX: cute.Tensor, mX: cute.Tensor, r
     gX = cute.local_tile(mX, (rows, head_dim), (None, 0))
     return cpasync.tma_partition(
         tma_atom, 0, cute.make_layout(1), cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2)
+    )
+
+
+@cute.jit
+def partition_boxes(tma_atom: cute.CopyAtom, sX: cute.Tensor, mX: cute.Tensor, rows: int, cols: int):
+    """(smem boxes by (row box, column box, stage), gmem boxes by (row box, column box)) of (rows, cols) for the
+    (seqlen, head_dim) slice ``mX``: a stage's rows loaded a box at a time, each from rows of its own (K and V in
+    the pages of a cache). ``tma_atom`` copies one box: make_tma of smem_layout(dtype, rows, cols, 1), cols the
+    atom's columns (atom_columns), so that each box lands in one stretch of the stage."""
+    return cpasync.tma_partition(
+        tma_atom, 0, cute.make_layout(1), cute.zipped_divide(sX, (rows, cols)), cute.zipped_divide(mX, (rows, cols))
     )
 
 

@@ -120,6 +120,12 @@ def forward_launcher(
     return launch
 
 
+def reads_pages(page_size: int) -> bool:
+    """Whether the forward reads K and V from a paged cache where it lies: no, its kernels take one packed tensor
+    (flash_attn_with_kvcache gathers the pages first)."""
+    return False
+
+
 def supports_forward(head_dim: int, head_dim_v: int) -> bool:
     """Whether the forward takes v's head dim beside q's: up to q's head-dim bucket."""
     return head_dim_v <= head_dim_bucket(head_dim)

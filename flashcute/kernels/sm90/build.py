@@ -26,7 +26,7 @@ def compile(config: Sm90FwdConfig | Sm90BwdConfig, arch: str, dump_dir: Path | N
 
         tensors = (p.q_like(), p.kv_like(), p.v_like(), p.o_like(), p.row_stats(), p.tile_counter())
         kernel = FlashAttentionForwardSm90(config)
-        after = optional_arguments(p, config)
+        after = optional_arguments(p, config, *(p.paged_cache() if config.page_rows else ()))
         return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(*ATTENTION_SCALARS, 1), after=after)
     from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
     from flashcute.kernels.sm90.bwd_wide import FlashAttentionBackwardSm90Wide

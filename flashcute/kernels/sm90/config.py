@@ -8,6 +8,7 @@ under the section named beside it.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from flashcute.kernels.common.limits import (
@@ -49,6 +50,9 @@ class Sm90FwdConfig:
     alibi:              the scores take the ALiBi bias -slope * |i + offset - j| (kernels/common/alibi.py)
     head_dim_v_padded:  v's (and O's) head-dim bucket where it is not q's and k's (at most theirs); None: theirs
     exact_head_dim_v:   v's head dim equals head_dim_v_padded (with head_dim_v_padded only)
+    page_rows:          (packed only) K and V lie in the pages of a cache (flash_attn_with_kvcache's block_table), a
+                        tile's rows loaded page_rows at a time, each box from its own page (page_rows divides the
+                        page size and block_n); 0: the rows lie where the packed batch says
     """
 
     dtype: str
@@ -70,6 +74,7 @@ class Sm90FwdConfig:
     softcap: bool = False
     sink: bool = False
     alibi: bool = False
+    page_rows: int = 0
 
     @property
     def label(self) -> str:
@@ -153,10 +158,12 @@ def sm90_fwd_config(
     sink: bool = False,
     alibi: bool = False,
     head_dim_v: int | None = None,
+    page_size: int = 0,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel (window_right = 0 is causal; ``packed``: for packed
     variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, ``alibi``: with ALiBi
-    biases, each with the same tiles; ``head_dim_v``: v's head dim where it is not q's, at most q's bucket)."""
+    biases, each with the same tiles; ``head_dim_v``: v's head dim where it is not q's, at most q's bucket;
+    ``page_size``: packed, K and V in pages of that many rows (a multiple of 8))."""
     bucket = head_dim_bucket(head_dim)
     values = value_fields(head_dim, head_dim_v)
     bucket_v = values.get("head_dim_v_padded", bucket)
@@ -185,6 +192,8 @@ def sm90_fwd_config(
         softcap=softcap,
         sink=sink,
         alibi=alibi,
+        # a page's rows are a whole number of boxes, and so are a tile's: the largest box that divides both
+        page_rows=math.gcd(page_size, block_n) if page_size else 0,
         **values,
     )
 

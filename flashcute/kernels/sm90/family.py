@@ -44,6 +44,7 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
     each orthogonal to padding); the backward at the head dims it covers."""
     found = {"fwd": [], "bwd": [], "fwd-packed": [], "bwd-packed": [], "fwd-softcap": [], "bwd-softcap": []}
     found |= {"fwd-sink": [], "fwd-alibi": [], "bwd-alibi": [], "fwd-value": [], "bwd-deterministic": []}
+    found["fwd-paged"] = []
     if arch not in ARCHS:
         return found
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):
@@ -58,6 +59,9 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found[f"bwd-{variant}"].append(sm90_bwd_config(bucket, dtype, *window, **{variant: True}))
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):  # a sink changes the forward alone
         found["fwd-sink"].append(sm90_fwd_config(bucket, dtype, *window, sink=True))
+    for dtype, bucket, window, page in itertools.product(dtypes, buckets, masks, PAGE_SIZES):
+        found["fwd-paged"].append(sm90_fwd_config(bucket, dtype, *window, packed=True, page_size=page))
+    found["fwd-paged"] = list(dict.fromkeys(found["fwd-paged"]))  # pages of several sizes read in the same boxes
     for dtype, (head_dim, head_dim_v), window in itertools.product(dtypes, VALUE_HEAD_DIMS, masks):
         if head_dim in buckets:  # v's head dim apart from q's: the pairs models use
             found["fwd-value"].append(sm90_fwd_config(head_dim, dtype, *window, head_dim_v=head_dim_v))
@@ -78,6 +82,11 @@ def tma_addressable(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+# The paged-cache arguments (block_table, page_size, seq_rows) of a launch that reads K and V as contiguous rows: the
+# compiled forward takes every parameter of its __call__, None where it was built without them.
+NO_PAGES = (None,) * 3
+
+
 def forward_launcher(
     device: torch.device,
     dtype: str,
@@ -91,15 +100,20 @@ def forward_launcher(
     sink: bool = False,
     alibi: bool = False,
     head_dim_v: int | None = None,
+    page_size: int = 0,
 ):
     """``launch(q, k, v, out, lse, softmax_scale, diag_offset, packed_args=DENSE, softcap=0.0, sink=None,
-    alibi=None)`` for validated inputs of this device, dtype, head dim and window (outputs allocated by the caller),
-    with the heuristic's config or ``config``; the persistent grid has one thread block per SM, or ``grid`` (tests:
-    fewer blocks, each claiming several tiles). ``packed``, ``softcap``, ``sink``, ``alibi`` and ``head_dim_v`` as
-    in the sm80 family's forward_launcher."""
+    alibi=None, pages=NO_PAGES)`` for validated inputs of this device, dtype, head dim and window (outputs allocated by
+    the caller), with the heuristic's config or ``config``; the persistent grid has one thread block per SM, or
+    ``grid`` (tests: fewer blocks, each claiming several tiles). ``packed``, ``softcap``, ``sink``, ``alibi`` and
+    ``head_dim_v`` as in the sm80 family's forward_launcher. ``page_size`` (packed only; reads_pages): k and v are
+    a cache's pages, (pages * page_size, nheads_k, head_dim) rows, and ``pages`` the launch's (block_table,
+    page_size, seq_rows), cu_seqlens_k numbering sequence b's positions from b * seq_rows."""
     if config is None:
         scores = {"softcap": softcap, "sink": sink, "alibi": alibi, "head_dim_v": head_dim_v}
-        config = sm90_fwd_config(head_dim, dtype, window_left, window_right, packed=packed, **scores)
+        config = sm90_fwd_config(
+            head_dim, dtype, window_left, window_right, packed=packed, page_size=page_size, **scores
+        )
     kernel = compiled(config, device, compile)
     max_grid = grid or num_sms(device)
     capped = config.softcap
@@ -116,12 +130,13 @@ def forward_launcher(
         softcap: float = 0.0,
         sink: torch.Tensor | None = None,
         alibi: torch.Tensor | None = None,
+        pages: tuple = NO_PAGES,
     ) -> None:
         q, k, v = tma_addressable(q), tma_addressable(k), tma_addressable(v)
         counter = tile_counter(device)
         scalars = (softmax_scale, diag_offset, window_left, window_right, max_grid)
         cap = softcap if capped else None  # None: an optional argument the kernel leaves out
-        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap, sink, alibi)
+        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap, sink, alibi, *pages)
 
     return launch
 
@@ -140,6 +155,18 @@ def tile_counter(device: torch.device) -> torch.Tensor:
     if counter is None:
         counter = _tile_counters[key] = torch.zeros(2, dtype=torch.int32, device=device)
     return counter
+
+
+# The page sizes whose forward variants warmup builds: serving engines' (vLLM's default 16 rows) and
+# flash_attn's tests' (256)
+PAGE_SIZES = (16, 64, 256)
+
+
+def reads_pages(page_size: int) -> bool:
+    """Whether the forward reads K and V from a paged cache where it lies (forward_launcher's page_size): pages of a
+    power of two rows, 8 or more, so that a box (page_rows, a whole number of 8-row swizzle atoms) divides both a
+    page and the split-KV chunks (multiples of 128 keys), and a chunk never starts inside a box."""
+    return page_size >= 8 and page_size & (page_size - 1) == 0
 
 
 def supports_forward(head_dim: int, head_dim_v: int) -> bool:

@@ -142,6 +142,9 @@ class FlashAttentionForwardSm90:
         softcap: Float32 | None = None,  # the cap, when config.softcap (kernels/common/softcap.py)
         mSink: cute.Tensor | None = None,  # (nheads,) float32: learnable sinks, when config.sink (softmax.finalize)
         mAlibi: cute.Tensor | None = None,  # (batch, nheads) float32: ALiBi slopes, when config.alibi (common/alibi.py)
+        mBlockTable: cute.Tensor | None = None,  # config.page_rows: (batch, pages) int32, each sequence's pages
+        page_size: Int32 | None = None,  # rows of a page
+        seq_rows: Int32 | None = None,  # rows a sequence's positions span in cu_seqlens_k's numbering (its capacity)
     ):
         d, dv = self.head_dim_padded, self.head_dim_v
         sQ_layout = tma.smem_layout(self.dtype, 64, d, self.num_wg)  # one 64-row stage per consumer warpgroup
@@ -155,6 +158,11 @@ class FlashAttentionForwardSm90:
         tma_Q, tQ = tma.make_tma(load, mQ_t, sQ_layout, 64, d)
         tma_K, tK = tma.make_tma(load, mK_t, sK_layout, self.block_n, d)
         tma_V, tV = tma.make_tma(load, mV_t, sV_layout, self.block_n, dv)
+        if cutlass.const_expr(self.config.page_rows):  # K and V in pages: a box of page_rows rows at a time
+            rows = self.config.page_rows
+            cols_k, cols_v = tma.atom_columns(self.dtype, d), tma.atom_columns(self.dtype, dv)
+            tma_K, tK = tma.make_tma(load, mK_t, tma.smem_layout(self.dtype, rows, cols_k, 1), rows, cols_k)
+            tma_V, tV = tma.make_tma(load, mV_t, tma.smem_layout(self.dtype, rows, cols_v, 1), rows, cols_v)
         tma_O, tO = tma.make_tma(cpasync.CopyBulkTensorTileS2GOp(), mO_t, sO_layout, 64, dv)
         self.tx_bytes_q = tma.tx_bytes(self.dtype, sQ_layout) * self.num_wg
         self.tx_bytes_k = tma.tx_bytes(self.dtype, sK_layout)
@@ -186,6 +194,9 @@ class FlashAttentionForwardSm90:
             section = heads_per_section(seqlen_k, mK.shape[3])
         divisors = tile_divisors(num_m_blocks, mQ.shape[2], batch, section, make=cute.FastDivmodDivisorV2)
         scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
+        page_div = seq_rows_div = None  # config.page_rows: positions to pages, rows to sequences, by multiply and shift
+        if cutlass.const_expr(self.config.page_rows):
+            page_div, seq_rows_div = cute.FastDivmodDivisorV2(page_size), cute.FastDivmodDivisorV2(seq_rows)
         self.kernel(
             tQ,
             tK,
@@ -199,6 +210,10 @@ class FlashAttentionForwardSm90:
             mSeqUsedK,
             mSink,
             mAlibi,
+            mBlockTable,
+            page_size,
+            page_div,
+            seq_rows_div,
             tma_Q,
             tma_K,
             tma_V,
@@ -249,6 +264,10 @@ class FlashAttentionForwardSm90:
         mSeqUsedK: cute.Tensor | None,
         mSink: cute.Tensor | None,
         mAlibi: cute.Tensor | None,
+        mBlockTable: cute.Tensor | None,
+        page_size: Int32 | None,
+        page_div: cute.FastDivmodDivisorV2 | None,
+        seq_rows_div: cute.FastDivmodDivisorV2 | None,
         tma_Q: cute.CopyAtom,
         tma_K: cute.CopyAtom,
         tma_V: cute.CopyAtom,
@@ -337,6 +356,7 @@ class FlashAttentionForwardSm90:
             window_left=window_left,
             window_right=window_right,
             packed=(mCuSeqlensQ, mCuSeqlensK, mSeqUsedQ, mSeqUsedK),
+            pages=(mBlockTable, page_size, page_div, seq_rows_div),  # config.page_rows
             counter=mTileCounter,
             ring=storage.tile_ring.get_tensor(cute.make_layout(TILE_RING)),
         )
@@ -540,7 +560,7 @@ class FlashAttentionForwardSm90:
         self.load_q(mQ, sQ, tma_Q, pipe_q, q_state, tile)
         q_state.advance()
         if tile.n_block_max > tile.n_block_min:
-            kv_state = self.load_kv(mK, mV, sK, sV, tma_K, tma_V, pipe_k, pipe_v, kv_state, tile)
+            kv_state = self.load_kv(mK, mV, sK, sV, tma_K, tma_V, pipe_k, pipe_v, kv_state, tile, tiles.pages)
         return q_state, kv_state
 
     @cute.jit
@@ -573,14 +593,22 @@ class FlashAttentionForwardSm90:
         pipe_v: pipeline.PipelineTmaAsync,
         state: pipeline.PipelineState,
         tile: SimpleNamespace,
+        pages: tuple,
     ) -> pipeline.PipelineState:
         """The tiles in the consumers' order (mainloop), K one tile ahead of V: K[next] is needed before
-        V[previous]. Returns the state after the tile's last stage."""
+        V[previous]. Returns the state after the tile's last stage. ``pages``: the kernel's (block table, page
+        size, rows a sequence spans), with config.page_rows."""
         d, dv = self.head_dim_padded, self.head_dim_v
-        tKsK, tKgK = tma.partition_tiles(tma_K, sK, tile.seq.rows_k(mK, tile.kv_head_idx, 0), self.block_n, d)
-        tVsV, tVgV = tma.partition_tiles(tma_V, sV, tile.seq.rows_k(mV, tile.kv_head_idx, 0), self.block_n, dv)
-        load_k = partial(self.load_tile, pipe_k, tma_atom=tma_K, tXgX=tKgK, tXsX=tKsK)
-        load_v = partial(self.load_tile, pipe_v, tma_atom=tma_V, tXgX=tVgV, tXsX=tVsV)
+        if cutlass.const_expr(self.config.page_rows):
+            load_k, load_v = (
+                self.paged_loader(mX, sX, atom, pipe, width, tile, pages)
+                for mX, sX, atom, pipe, width in ((mK, sK, tma_K, pipe_k, d), (mV, sV, tma_V, pipe_v, dv))
+            )
+        else:
+            tKsK, tKgK = tma.partition_tiles(tma_K, sK, tile.seq.rows_k(mK, tile.kv_head_idx, 0), self.block_n, d)
+            tVsV, tVgV = tma.partition_tiles(tma_V, sV, tile.seq.rows_k(mV, tile.kv_head_idx, 0), self.block_n, dv)
+            load_k = partial(self.load_tile, pipe_k, tma_atom=tma_K, tXgX=tKgK, tXsX=tKsK)
+            load_v = partial(self.load_tile, pipe_v, tma_atom=tma_V, tXgX=tVgV, tXsX=tVsV)
         prev = tile.n_block_max - 1
         load_k(state, n_block=prev)
         for run in cutlass.range_constexpr(len(tile.runs)):
@@ -612,6 +640,54 @@ class FlashAttentionForwardSm90:
         """Wait until the consumers have freed ``state``'s stage, then TMA tile n_block into it."""
         pipe.producer_acquire(state)
         cute.copy(tma_atom, tXgX[None, n_block], tXsX[None, state.index], tma_bar_ptr=pipe.producer_get_barrier(state))
+
+    def paged_loader(self, mX, sX, tma_atom, pipe, width: int, tile: SimpleNamespace, pages: tuple):
+        """load_tile for K or V in the pages of a cache: ``load(state, n_block)``. The packed batch's rows number
+        each sequence's cache positions from b * seq_rows (flash_attn_with_kvcache), so the tile's sequence b and
+        its first position come from cu_seqlens_k's start, which the caller keeps a multiple of page_rows (a box
+        never crosses a page)."""
+        table, page_size, page_div, seq_rows_div = pages
+        rows, cols = self.config.page_rows, tma.atom_columns(self.dtype, width)
+        tXsX, tXgX = tma.partition_boxes(tma_atom, sX, mX[None, None, tile.kv_head_idx, 0], rows, cols)
+        batch_idx, first = divmod(tile.seq.offset_k, seq_rows_div)
+        where = SimpleNamespace(
+            table=table[batch_idx, None],
+            page_size=page_size,
+            page_div=page_div,
+            first=first,
+            end=first + tile.seq.seqlen_k,
+        )
+        return partial(self.load_paged_tile, pipe, tma_atom=tma_atom, tXgX=tXgX, tXsX=tXsX, where=where)
+
+    @cute.jit
+    def load_paged_tile(
+        self,
+        pipe: pipeline.PipelineTmaAsync,
+        state: pipeline.PipelineState,
+        tma_atom: cute.CopyAtom,
+        tXgX: cute.Tensor,
+        tXsX: cute.Tensor,
+        where: SimpleNamespace,
+        n_block: Int32,
+    ):
+        """Wait until the consumers have freed ``state``'s stage, then TMA tile n_block of the sequence into it a
+        box of page_rows rows at a time, each from the page its positions lie in: lane j of the producer warp looks
+        up box j's page (one round of page-table loads a tile, not one a box), and the boxes' loads take their
+        coordinates from its lanes. A box past the sequence's keys is read from wholly outside the cache, which the
+        TMA unit fills with zeros."""
+        rows = self.config.page_rows
+        lane = cute.arch.lane_idx()
+        position = where.first + n_block * self.block_n + lane * rows
+        box = Int32(-1)
+        if lane < self.block_n // rows and position < where.end:
+            page_idx, row = divmod(position, where.page_div)
+            box = (where.table[page_idx] * where.page_size + row) // rows
+        pipe.producer_acquire(state)
+        barrier = pipe.producer_get_barrier(state)
+        for j in cutlass.range(self.block_n // rows, unroll=1):  # (unrolled, the producer's 24 registers spill)
+            box_j = cute.arch.shuffle_sync(box, j)
+            for c in cutlass.range(cute.size(tXsX, mode=[1, 1]), unroll=1):
+                cute.copy(tma_atom, tXgX[None, (box_j, c)], tXsX[None, (j, c, state.index)], tma_bar_ptr=barrier)
 
     @cute.jit
     def consume(
