@@ -201,8 +201,13 @@ _ALIBI_MMA_SYNC = (
 )
 _ALIBI_SM90_D256 = (
     "Hopper forward at head dim 256 with ALiBi: U is 128 fp32 registers a consumer thread, and the bias's row terms "
-    "and slope in the steps with E in place of S (and in their rare recompute by FMAs) leave 168 bytes of stack, "
-    "41 STL and 67 LDL; the plain kernel keeps 8 bytes (_SM90_D256_CLAIMS)"
+    "and slope beside them leave 24 bytes of stack, 9 STL and 10 LDL, none in the K/V step loops; the plain kernel "
+    "keeps 8 bytes (_SM90_D256_CLAIMS)"
+)
+_ALIBI_SM90_D64 = (
+    "Hopper forward at head dim 64 under a causal mask with ALiBi: three consumer warpgroups at 128 registers a "
+    "thread; the slope's factor 1 / softmax_scale, computed once, is kept on the stack (2 STL) and read back once a "
+    "tile (1 LDL), outside the K/V step loops"
 )
 _PACKED_SM90_WIDE = (
     "Hopper forward at head dims 192 and 256 for packed batches: as _SM90_D256_CLAIMS, with a sequence's offsets and "
@@ -288,6 +293,7 @@ KNOWN_SPILLS: dict[str, str] = {
         _ALIBI_MMA_SYNC,
     ),
     **dict.fromkeys(_built(["sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8e-right-alibi"]), _ALIBI_SM90_D256),
+    **dict.fromkeys(_built(["sm_90a-sm90-bfloat16-d64-192x128s2-lazy8-right-alibi"]), _ALIBI_SM90_D64),
     **dict.fromkeys(
         _built(
             [
@@ -618,6 +624,28 @@ def test_no_register_spills_but_the_known_ones(reports, config, arch: str):
         assert report.spills == 0 and report.stack_bytes == 0, (
             f"{variant_id} spills: {found}, {report.count('LDL')} LDL"
         )
+
+
+def test_alibi_costs_the_hopper_forwards_free_steps_one_ffma_a_score(tmp_path):
+    """Without a mask the Hopper forward's free run comes in three step loops (TileInfo.visit_runs' sides): on the
+    tiles wholly on one side of the diagonal ALiBi's bias takes one FFMA a score (common/alibi.py, the linear form)
+    and its FADD/FFMA count exceeds the plain step's by about the scores a thread holds; only the loop of the tiles
+    the diagonal crosses takes the exact form's two operations a score."""
+    from flashcute.kernels.sass import compile_and_inspect
+
+    plain = sm90_fwd_config(128, "bfloat16", -1, -1)
+    reports = [
+        compile_and_inspect(c, "sm_90a", tmp_path / str(c.alibi))
+        for c in (plain, dataclasses.replace(plain, alibi=True))
+    ]
+
+    def adds(ops: dict) -> int:
+        return ops.get("FFMA", 0) + ops.get("FADD", 0)
+
+    step = adds(reports[0].loop_opcodes[0])
+    scores = 64 * plain.block_n // 128  # a consumer thread's share of its warpgroup's 64 x block_n scores
+    extra = sorted(adds(ops) - step for ops in reports[1].loop_opcodes[:3])
+    assert extra[0] <= scores + 8 and extra[1] <= scores + 8 and extra[2] >= 2 * scores - 8, extra
 
 
 def test_known_spills_name_compiled_variants():
