@@ -201,13 +201,8 @@ _ALIBI_MMA_SYNC = (
 )
 _ALIBI_SM90_D256 = (
     "Hopper forward at head dim 256 with ALiBi: U is 128 fp32 registers a consumer thread, and the bias's row terms "
-    "and slope beside them leave 24 bytes of stack, 9 STL and 10 LDL, none in the K/V step loops; the plain kernel "
+    "and slope beside them leave 24 bytes of stack, 7 STL and 9 LDL, none in the K/V step loops; the plain kernel "
     "keeps 8 bytes (_SM90_D256_CLAIMS)"
-)
-_ALIBI_SM90_D64 = (
-    "Hopper forward at head dim 64 under a causal mask with ALiBi: three consumer warpgroups at 128 registers a "
-    "thread; the slope's factor 1 / softmax_scale, computed once, is kept on the stack (2 STL) and read back once a "
-    "tile (1 LDL), outside the K/V step loops"
 )
 _PACKED_SM90_WIDE = (
     "Hopper forward at head dims 192 and 256 for packed batches: as _SM90_D256_CLAIMS, with a sequence's offsets and "
@@ -293,7 +288,6 @@ KNOWN_SPILLS: dict[str, str] = {
         _ALIBI_MMA_SYNC,
     ),
     **dict.fromkeys(_built(["sm_90a-sm90-bfloat16-d256-128x80s2-early-lazy8e-right-alibi"]), _ALIBI_SM90_D256),
-    **dict.fromkeys(_built(["sm_90a-sm90-bfloat16-d64-192x128s2-lazy8-right-alibi"]), _ALIBI_SM90_D64),
     **dict.fromkeys(
         _built(
             [

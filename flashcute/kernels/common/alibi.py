@@ -25,8 +25,9 @@ from flashcute.kernels.common.softmax import LOG2_E
 
 def alibi_slope(mAlibi: cute.Tensor, batch_idx: Int32, head_idx: Int32, scale_log2: Float32) -> Float32:
     """The slope of (sequence ``batch_idx``, query head ``head_idx``) from the (batch, nheads) float32 slopes, in
-    the units of the kernel's S."""
-    return mAlibi[batch_idx, head_idx] * (LOG2_E / scale_log2)
+    the units of the kernel's S (by the reciprocal's approximation, 1 ulp: an exact division calls a slow path that
+    makes kernels at their register limit spill around the call)."""
+    return mAlibi[batch_idx, head_idx] * (cute.arch.rcp_approx(scale_log2) * LOG2_E)
 
 
 def biased(s: Float32, row_term: Float32, slope: Float32, col: int) -> Float32:
