@@ -163,7 +163,7 @@ _BWD = (
 _SM90_BWD = (
     "Hopper backward, 240 registers a consumer thread: at d64 (S^T and dP^T of 2 x 64 fp32 with 128-row Q tiles) the "
     "softcap derivative's kept t, ALiBi's row terms or both masks leave a few scalars to spill (8-72 bytes of stack, "
-    "1-18 spill instructions); d128 only with ALiBi under both masks (8 bytes)"
+    "1-18 spill instructions)"
 )
 _D256 = (
     "128x128 tile, 8 warps (sm_90a only: 192 KB of shared memory): acc_O 128 + acc_S 64 fp32 registers a thread "
@@ -196,7 +196,7 @@ _SINK_MMA_SYNC = (
 _ALIBI_MMA_SYNC = (
     "the mma.sync kernels with ALiBi, at the plain variants' tiles, which already use all 255 registers a thread "
     "(most spill plain too): each row's position term and the tile's slope beside the fragments (kernels/common/"
-    "alibi.py), and in the backward with softcap the kept t, tip these over: 5-73 spill instructions; their speed "
+    "alibi.py), and in the backward with softcap the kept t, tip these over: 4-73 spill instructions; their speed "
     "is the benchmark's to hold"
 )
 _ALIBI_SM90_D256 = (
@@ -279,7 +279,7 @@ KNOWN_SPILLS: dict[str, str] = {
                 "sm_90a-bfloat16-d128-128x64w4s2-lazy8-both-alibi",
                 "sm_90a-bfloat16-d256-128x128w8s1-right-alibi",
                 "sm_90a-bfloat16-d64-128x128w4s2-right-alibi",
-                "sm_90a-bwd-bfloat16-d128-64x128w8-both-alibi",
+                "sm_90a-bwdnodq-float16-d96-64x128w8-left-alibi",
                 "sm_90a-bwdnodq-bfloat16-d128-64x128w8-both-alibi",
                 "sm_90a-float16-d32-128x128w4s1-nomask-alibi",
                 "sm_90a-float16-d96-128x64w4s1-left-alibi",
@@ -368,7 +368,6 @@ KNOWN_SPILLS: dict[str, str] = {
                 *(f"{dtype}-d64-128x128s2-dvlate-{mask}-softcap" for dtype in DTYPES for mask in MASK_NAMES.values()),
                 *(f"{dtype}-d64-128x128s2-dvlate-{mask}-alibi" for dtype in DTYPES for mask in ("right", "left")),
                 "float16-d64-128x128s2-dvlate-nomask-alibi",
-                "bfloat16-d128-64x128s2-both-alibi",
             )
         ),
         _SM90_BWD,
