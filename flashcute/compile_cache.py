@@ -15,10 +15,11 @@ generated code, and nothing else:
 - the config: the dataclass's name and every field's value;
 - the target architecture (``sm_80``, ``sm_90a``, ...);
 - the code of the kernel sources: every ``*.py`` under ``flashcute/kernels/`` (the kernels, their builds, configs
-  and heuristics), each file as its syntax tree with the docstrings
-  and other bare string statements dropped, together with its path in the package. Comments, docstrings and
-  formatting leave the key as it is; a change to the code, or a file added, removed, renamed or moved, gives new
-  entries;
+  and heuristics) but the host side (``HOST_SIDE``: each family's launch contract and the tools around the kernels,
+  which build none, so that a fix there reuses every cached kernel; tests/test_compile_cache.py holds them to it),
+  each file as its syntax tree with the docstrings and other bare string statements dropped, together with its path
+  in the package. Comments, docstrings and formatting leave the key as it is; a change to the code, or a file added,
+  removed, renamed or moved, gives new entries;
 - the versions of nvidia-cutlass-dsl and apache-tvm-ffi (and, through the form of its syntax trees, Python's minor
   version).
 
@@ -90,15 +91,38 @@ def _code_of(path: Path) -> bytes:
     return ast.dump(tree, include_attributes=False).encode()
 
 
+# The host side of flashcute/kernels (paths in the package): launch contracts, the registry and the tools that read
+# or list kernels. They build no kernel and no kernel source imports them, so they are no part of the cache's key.
+HOST_SIDE = (
+    "kernels/launch.py",
+    "kernels/registry.py",
+    "kernels/variants.py",
+    "kernels/sass.py",
+    "kernels/common/prepost.py",
+)
+
+
+def is_host_side(relative: str) -> bool:
+    """Whether the file at ``relative`` (its path in the package) is on the host side: HOST_SIDE, or a family's
+    launch contract (its family.py)."""
+    return relative in HOST_SIDE or relative.endswith("/family.py")
+
+
+def kernel_sources(root: Path) -> list[tuple[str, Path]]:
+    """(path relative to the package folder ``root``, path) of every kernel source under ``root/kernels``: the
+    ``*.py`` files but the host side, sorted."""
+    paths = ((p.relative_to(root).as_posix(), p) for p in (root / "kernels").rglob("*.py") if p.is_file())
+    return sorted((relative, p) for relative, p in paths if not is_host_side(relative))
+
+
 def fingerprint_tree(root: Path) -> str:
-    """Hash of the code of the kernel sources under the package folder ``root``: every ``*.py`` under
-    ``root/kernels``, each with its path relative to ``root``."""
-    paths = [p for p in (root / "kernels").rglob("*.py") if p.is_file()]
+    """Hash of the code of the kernel sources under the package folder ``root`` (kernel_sources), each with its
+    path relative to ``root``."""
     digest = hashlib.sha256()
     collecting = gc.isenabled()
     gc.disable()  # the syntax trees are tens of thousands of objects and no cycles: collecting would double the time
     try:
-        for relative, path in sorted((p.relative_to(root).as_posix(), p) for p in paths):
+        for relative, path in kernel_sources(root):
             code = _code_of(path)
             digest.update(f"{relative}\0{len(code)}\0".encode() + code)
     finally:
@@ -120,8 +144,8 @@ def source_fingerprint() -> str:
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"|{dist} missing")
     raw = hashlib.sha256("".join(versions).encode())
-    for path in sorted((_PACKAGE_DIR / "kernels").rglob("*.py")):
-        raw.update(f"{path.relative_to(_PACKAGE_DIR).as_posix()}\0".encode() + path.read_bytes())
+    for relative, path in kernel_sources(_PACKAGE_DIR):
+        raw.update(f"{relative}\0".encode() + path.read_bytes())
     directory = cache_dir()
     memo = directory / "fingerprints" / raw.hexdigest()[:32] if directory else None
     if memo is not None and memo.is_file():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import shutil
 import time
@@ -165,6 +166,61 @@ def test_other_files_do_not_count(package: Path):
     (package / "kernels" / "notes.md").write_text("# notes\n")
     (package / "kernels" / "sm80" / "probe.pyc").write_bytes(b"\0")
     assert fingerprint_tree(package) == key
+
+
+def test_the_host_side_does_not_count(package: Path):
+    """A family's launch contract and the shared host modules (compile_cache.HOST_SIDE): a fix there keeps every
+    cached kernel."""
+    key = fingerprint_tree(package)
+    for relative in ("kernels/sm80/family.py", *compile_cache.HOST_SIDE):
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text("def launch(*args):\n    return args\n")
+    assert fingerprint_tree(package) == key
+    (package / "kernels" / "sm80" / "build.py").write_text("def compile(config):\n    return config\n")
+    assert fingerprint_tree(package) != key
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    """The modules a syntax tree imports, and for ``from M import N`` also M.N (N may be a module)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _module_of(relative: str) -> str:
+    return "flashcute." + relative.removesuffix(".py").replace("/", ".")
+
+
+def test_no_kernel_source_imports_the_host_side():
+    """What the key leaves out cannot reach a kernel's code: no kernel source imports a host-side module (a
+    constant there would change kernels while the key stays)."""
+    host = {
+        _module_of(p.relative_to(PACKAGE_DIR).as_posix())
+        for p in (PACKAGE_DIR / "kernels").rglob("*.py")
+        if compile_cache.is_host_side(p.relative_to(PACKAGE_DIR).as_posix())
+    }
+    assert {"flashcute.kernels.sm90.family", "flashcute.kernels.launch"} <= host
+    for relative, path in compile_cache.kernel_sources(PACKAGE_DIR):
+        assert not _imports(ast.parse(path.read_text())) & host, relative
+
+
+def test_the_host_side_builds_no_kernel():
+    """The host side calls the families' builds (kernel sources) but builds nothing itself: no symbolic problem,
+    no compile, no CuTe DSL's cute."""
+    building = {"SymbolicProblem", "compile_kernel", "optional_arguments", "make_fake_tensor"}
+    for path in (PACKAGE_DIR / "kernels").rglob("*.py"):
+        relative = path.relative_to(PACKAGE_DIR).as_posix()
+        if not compile_cache.is_host_side(relative):
+            continue
+        tree = ast.parse(path.read_text())
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        assert not names & building, (relative, names & building)
+        assert not {m for m in _imports(tree) if m.startswith("cutlass.cute")}, relative
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,50 @@
+"""The shared kernels (the backward's preprocess and postprocess, the split-KV combine) built for a target against
+symbolic shapes and strides (kernels/build.py): what each takes, in order. Part of the compile cache's key
+(prepost.py, their launches, is not: compile_cache.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, CombineConfig
+
+
+def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dump_dir: Path | None = None):
+    """The preprocess: (out, dout, d, dq_accum or None, lse or None, lse_log2 or None), d (batch, nheads, rows)
+    float32 (rows may pass seqlen_q with ``config.lse_log2``), dq_accum float32, zeroed by the kernel, None when
+    ``config.clear_dq_accum`` is off; lse (batch, nheads, seqlen_q) and lse_log2 (batch, nheads, rows) with
+    ``config.lse_log2``. The postprocess: (dq_accum, dq, softmax_scale). The combine: (partial_out, partial_lse,
+    out, lse, sink), combine.SplitKvCombine's tensors, sink only with ``config.sink``."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import cutlass
+    import cutlass.cute as cute
+
+    from flashcute.kernels.build import SymbolicProblem, compile_kernel, fake_rows, fake_stats
+
+    p = SymbolicProblem(config)
+    if isinstance(config, BwdPreConfig):
+        from flashcute.kernels.common.bwd_pre import FlashAttentionBackwardPreprocess
+
+        dq_accum = p.q_like(cutlass.Float32) if config.clear_dq_accum else None
+        padded_rows = fake_stats((p.batch, p.nheads, cute.sym_int()))  # D's rows: seqlen_q, or whole Q tiles
+        lse = (p.row_stats(), padded_rows) if config.lse_log2 else (None, None)
+        tensors = (p.q_like(), p.q_like(), padded_rows, dq_accum, *lse)
+        return compile_kernel(FlashAttentionBackwardPreprocess(config), config, arch, dump_dir, *tensors, scalars=())
+    if isinstance(config, CombineConfig):
+        from flashcute.kernels.common.combine import SplitKvCombine
+
+        # sizes: batch, splits, seqlen_q * group, batch * seqlen_q, group, seqlen_q, nheads_k (head dim: p's)
+        batch, splits, rows, positions, group, seqlen_q, nheads_k = (cute.sym_int() for _ in range(7))
+        tensors = (
+            fake_rows(p.dtype, (batch, splits, rows, nheads_k, p.head_dim)),
+            fake_stats((nheads_k, batch, splits, rows)),
+            fake_rows(p.dtype, (positions, group, nheads_k, p.head_dim)),
+            fake_stats((batch, nheads_k, group, seqlen_q)),
+        )
+        sink = (fake_stats((nheads_k, group)),) if config.sink else ()
+        return compile_kernel(SplitKvCombine(config), config, arch, dump_dir, *tensors, scalars=(), after=sink)
+    from flashcute.kernels.common.bwd_post import FlashAttentionBackwardPostprocess
+
+    tensors = (p.q_like(cutlass.Float32), p.q_like())
+    return compile_kernel(FlashAttentionBackwardPostprocess(config), config, arch, dump_dir, *tensors, scalars=(1.0,))
