@@ -112,16 +112,21 @@ def test_backward_masks_every_partial_q_tile(p):
             assert visible[m_block * bm : (m_block + 1) * bm, n_block * bn : (n_block + 1) * bn].all()
 
 
+def walked_q_tiles(info: TileInfo, p):
+    """(m_block, n_block_min, n_block_max) of each Q tile that visits a K/V tile."""
+    for m_block in range(-(-p["seqlen_q"] // p["block_m"])):
+        n_min, n_max = info.n_block_range(m_block)
+        if n_max > n_min:
+            yield m_block, n_min, n_max
+
+
 @settings(max_examples=300, deadline=None)
 @given(problems)
 def test_hopper_forward_walk_visits_each_tile_once_masking_the_partial_ones(p):
     """TileInfo.visit_runs, the order the Hopper forward's producer loads and its consumers walk the K/V tiles."""
     info, visible = setup(p)
     bm, bn = p["block_m"], p["block_n"]
-    for m_block in range(-(-p["seqlen_q"] // bm)):
-        n_min, n_max = info.n_block_range(m_block)
-        if n_max <= n_min:
-            continue
+    for m_block, n_min, n_max in walked_q_tiles(info, p):
         walk = [(n_max - 1, True)]  # the first tile, always masked
         for first, count, masked, side in info.visit_runs(m_block, n_min, n_max):
             assert side == 0
@@ -142,10 +147,7 @@ def test_alibi_sides_split_the_free_run_at_the_diagonal(p):
     only on the few tiles the diagonal crosses."""
     info, _ = setup(p)
     bm, bn = p["block_m"], p["block_n"]
-    for m_block in range(-(-p["seqlen_q"] // bm)):
-        n_min, n_max = info.n_block_range(m_block)
-        if n_max <= n_min:
-            continue
+    for m_block, n_min, n_max in walked_q_tiles(info, p):
         plain = [
             (first - i, masked)
             for first, count, masked, _ in info.visit_runs(m_block, n_min, n_max)

@@ -121,7 +121,9 @@ class OnlineSoftmax:
             row_max_cur = row_max_cur if grew else row_max_prev
         row_max_safe = Float32(0.0) if row_max_cur == -Float32.inf else row_max_cur
         max_scaled = row_max_safe * self.scale_log2
-        exp_scaled = max_scaled if cutlass.const_expr(shift is None) else (row_max_safe - shift[r]) * self.scale_log2
+        exp_scaled = (
+            max_scaled if cutlass.const_expr(shift is None) else self.shifted(row_max_safe, shift, r) * self.scale_log2
+        )
         exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - exp_scaled, fastmath=True)
         row_scale[r] = cute.math.exp2(row_max_prev * self.scale_log2 - max_scaled, fastmath=True)
         s[r, None].store(exps)
