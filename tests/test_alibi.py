@@ -50,7 +50,9 @@ def test_forward(dtype, per_sequence, mask, seqlen_q, seqlen_k, kernel):
 @pytest.mark.parametrize("head_dim", [32, 64, 96, 192, 256, 72])
 @pytest.mark.parametrize("causal", [False, True])
 def test_forward_head_dims(head_dim, causal, kernel):
-    check_forward(*inputs(1, 300, 300, 4, 2, head_dim, torch.bfloat16), kernel, alibi_slopes=slopes(4), causal=causal)
+    """Long enough that the Hopper forward's free tiles lie on both sides of the diagonal and across it (its linear
+    form on the first two, common/alibi.py), at every head dim's tiles."""
+    check_forward(*inputs(1, 640, 900, 4, 2, head_dim, torch.bfloat16), kernel, alibi_slopes=slopes(4), causal=causal)
 
 
 def test_forward_steep_and_flat_slopes(kernel):

@@ -112,21 +112,63 @@ def test_backward_masks_every_partial_q_tile(p):
             assert visible[m_block * bm : (m_block + 1) * bm, n_block * bn : (n_block + 1) * bn].all()
 
 
+def walked_q_tiles(info: TileInfo, p):
+    """(m_block, n_block_min, n_block_max) of each Q tile that visits a K/V tile."""
+    for m_block in range(-(-p["seqlen_q"] // p["block_m"])):
+        n_min, n_max = info.n_block_range(m_block)
+        if n_max > n_min:
+            yield m_block, n_min, n_max
+
+
 @settings(max_examples=300, deadline=None)
 @given(problems)
 def test_hopper_forward_walk_visits_each_tile_once_masking_the_partial_ones(p):
     """TileInfo.visit_runs, the order the Hopper forward's producer loads and its consumers walk the K/V tiles."""
     info, visible = setup(p)
     bm, bn = p["block_m"], p["block_n"]
-    for m_block in range(-(-p["seqlen_q"] // bm)):
-        n_min, n_max = info.n_block_range(m_block)
-        if n_max <= n_min:
-            continue
+    for m_block, n_min, n_max in walked_q_tiles(info, p):
         walk = [(n_max - 1, True)]  # the first tile, always masked
-        for first, count, masked in info.visit_runs(m_block, n_min, n_max):
+        for first, count, masked, side in info.visit_runs(m_block, n_min, n_max):
+            assert side == 0
             walk += [(first - i, masked) for i in range(count)]
         assert sorted(n for n, _ in walk) == list(range(n_min, n_max))
         rows = visible[m_block * bm : (m_block + 1) * bm]
         for n_block, masked in walk:
             if not masked:  # every row sees every key of the tile
                 assert (n_block + 1) * bn <= p["seqlen_k"] and rows[:, n_block * bn : (n_block + 1) * bn].all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems)
+def test_alibi_sides_split_the_free_run_at_the_diagonal(p):
+    """visit_runs with sides (ALiBi's linear form): the same tiles (the producer loads them in the walk's order),
+    each free tile of side +1 holding only keys at or before every row's diagonal key i + diag_offset, of side -1
+    only keys at or after it, the rows past seqlen_q included (the kernel biases them too), and the exact form
+    only on the few tiles the diagonal crosses."""
+    info, _ = setup(p)
+    bm, bn = p["block_m"], p["block_n"]
+    for m_block, n_min, n_max in walked_q_tiles(info, p):
+        plain = [
+            (first - i, masked)
+            for first, count, masked, _ in info.visit_runs(m_block, n_min, n_max)
+            for i in range(count)
+        ]
+        sided = [
+            (first - i, masked, side)
+            for first, count, masked, side in info.visit_runs(m_block, n_min, n_max, True)
+            for i in range(count)
+        ]
+        assert sorted(n for n, _, _ in sided) == sorted(n for n, _ in plain)
+        # a tile masked without sides is masked with them; under a right mask the free tiles are all left of it
+        assert {n for n, masked in plain if masked} <= {n for n, masked, _ in sided if masked}
+        assert not info.mask_right or all(side == 1 for _, masked, side in sided if not masked)
+        # the exact form only where the diagonal runs through the tile: at most the tiles a block_m span touches
+        assert sum(1 for _, masked, side in sided if not masked and side == 0) <= -(-bm // bn) + 1
+        diagonal = np.arange(m_block * bm, (m_block + 1) * bm)[:, None] + info.diag_offset
+        for n_block, masked, side in sided:
+            keys = np.arange(n_block * bn, (n_block + 1) * bn)[None, :]
+            assert side == 0 or not masked
+            if side > 0:
+                assert (keys <= diagonal).all()
+            if side < 0:
+                assert (keys >= diagonal).all()

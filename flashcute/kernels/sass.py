@@ -42,6 +42,7 @@ class SassReport:
     stack_bytes: local-memory stack per thread; more than 0 means the kernel spills or keeps arrays in memory
     opcodes:     how many instructions of each opcode-with-modifiers, e.g. {"HMMA.16816.F32.BF16": 768, ...}
     loops:       instructions in each innermost loop, largest first (step_loops): the main loops' steps
+    loop_opcodes: the opcodes (without modifiers) of each of those loops and how many, in the same order
     seconds:     how long the compile took
     """
 
@@ -50,6 +51,7 @@ class SassReport:
     stack_bytes: int
     opcodes: dict[str, int]
     loops: tuple[int, ...] = ()
+    loop_opcodes: tuple[dict[str, int], ...] = ()
     seconds: float = 0.0
 
     def count(self, opcode: str) -> int:
@@ -113,16 +115,17 @@ def _target_arch(sass: str) -> str | None:
     return None if sm is None else f"sm_{sm.group(1)}{'a' if 'EF_CUDA_ACCELERATORS' in header else ''}"
 
 
-def step_loops(sass: str) -> tuple[int, ...]:
-    """Instructions in each innermost loop of an ``nvdisasm -c`` listing, largest first. A loop is the span from a
-    label to the last branch back to it; an innermost one holds no other. A kernel's main loops are its largest
-    innermost loops, one step an iteration (the same loops a profiler's source view shows)."""
-    labels, addresses, pending, ends = {}, [], [], {}
+def innermost_loops(sass: str) -> list[list[str]]:
+    """The instruction lines of each innermost loop of an ``nvdisasm -c`` listing, largest first. A loop is the
+    span from a label to the last branch back to it; an innermost one holds no other. A kernel's main loops are its
+    largest innermost loops, one step an iteration (the same loops a profiler's source view shows)."""
+    labels, addresses, lines, pending, ends = {}, [], [], [], {}
     for line in sass.splitlines():
         if label := _LABEL.match(line):
             pending.append(label.group(1))
         elif address := _ADDRESS.match(line):
             addresses.append(int(address.group(1), 16))
+            lines.append(line)
             labels.update(dict.fromkeys(pending, addresses[-1]))
             pending = []
             branch = _BRANCH.search(line)
@@ -131,8 +134,13 @@ def step_loops(sass: str) -> tuple[int, ...]:
                 ends[target] = addresses[-1]
     spans = list(ends.items())
     inner = [(a, b) for a, b in spans if not any((a, b) != (c, d) and a <= c and d <= b for c, d in spans)]
-    sizes = (bisect.bisect_right(addresses, end) - bisect.bisect_left(addresses, start) for start, end in inner)
-    return tuple(sorted(sizes, reverse=True))
+    bodies = [lines[bisect.bisect_left(addresses, a) : bisect.bisect_right(addresses, b)] for a, b in inner]
+    return sorted(bodies, key=len, reverse=True)
+
+
+def step_loops(sass: str) -> tuple[int, ...]:
+    """Instructions in each innermost loop (innermost_loops), largest first."""
+    return tuple(len(body) for body in innermost_loops(sass))
 
 
 def inspect_cubin(cubin: Path) -> SassReport:
@@ -147,7 +155,11 @@ def inspect_cubin(cubin: Path) -> SassReport:
     if arch is None:
         raise ValueError(f"neither a .target line nor an EF_CUDA_SM flag in the disassembly of {cubin}")
     (registers, stack_bytes), opcodes = usage[0], Counter(_INSTRUCTION.findall(sass))
-    return SassReport(arch, registers, stack_bytes, dict(opcodes), step_loops(sass))
+    loops = innermost_loops(sass)
+    loop_opcodes = tuple(
+        dict(Counter(m.group(1).split(".")[0] for m in map(_INSTRUCTION.match, body) if m)) for body in loops
+    )
+    return SassReport(arch, registers, stack_bytes, dict(opcodes), tuple(map(len, loops)), loop_opcodes)
 
 
 def machine_code(cubin: Path) -> str:

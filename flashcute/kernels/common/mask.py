@@ -7,7 +7,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from flashcute.kernels.common.alibi import biased
+from flashcute.kernels.common.alibi import biased, linear_bias
 from flashcute.kernels.common.layout import acc_rows_cols
 from flashcute.kernels.common.tile_info import TileInfo
 
@@ -82,6 +82,26 @@ class AttentionMask:
             row_term = Float32(row + info.diag_offset - col_offset)
             for c in cutlass.range_constexpr(cute.size(s.shape[1])):
                 s[r, c] = biased(s[r, c], row_term, slope, self.t0ScS[0, c][1])
+
+    @cute.jit
+    def apply_alibi_on_side(
+        self, acc_S: cute.Tensor, m_block: Int32, n_block: Int32, slope: Float32, side: cutlass.Constexpr[int]
+    ) -> list:
+        """apply_alibi's linear form on a tile wholly on one ``side`` of the diagonal (+1: every key at or before
+        its row's i + diag_offset, -1: at or after it; common/alibi.py): S += side * slope * thread 0's column in
+        place, and the rest of the bias, -side * slope * (i + diag_offset - the thread's first column), returned per
+        row of this thread: OnlineSoftmax's shift."""
+        info = self.tile_info
+        s = acc_rows_cols(acc_S)
+        col_offset = n_block * info.block_n + self.tScS[0, 0][1]
+        side_slope = slope if cutlass.const_expr(side > 0) else -slope
+        shift = []
+        for r in cutlass.range_constexpr(cute.size(s.shape[0])):
+            row = m_block * info.block_m + self.row_offset + self.tScS[r, 0][0]
+            shift.append(-side_slope * Float32(row + info.diag_offset - col_offset))
+            for c in cutlass.range_constexpr(cute.size(s.shape[1])):
+                s[r, c] = linear_bias(s[r, c], side_slope, self.t0ScS[0, c][1])
+        return shift
 
 
 class TransposedMask:

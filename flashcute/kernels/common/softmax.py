@@ -13,6 +13,11 @@ Lazy rescaling (``rescale_threshold`` t): a row keeps its old max m unless the n
 exp2's units, (m' - m) * scale_log2 > t; E is then taken against the kept m (each E at most 2^t, and l with it, so
 O = U / l and LSE = scale * m + log l come out the same), and alpha is exactly 1. U's rescale is skipped in a warp
 whose rows all kept their max, which after the first few K/V tiles is almost every step.
+
+A ``shift`` (ALiBi's linear form, common/alibi.py): S holds each score less a constant of its (thread, row), so
+that a bias linear in the key costs one operation an element; every step takes that constant, one value per row
+of this thread, and m, l, alpha and E are those of the scores themselves: the row's max is max(S) + shift before
+the quad's reduction, and E = exp2(S * scale_log2 - (m - shift) * scale_log2).
 """
 
 import math
@@ -87,21 +92,26 @@ class OnlineSoftmax:
         self.row_sum.fill(0.0)
 
     @cute.jit
-    def online_softmax(self, acc_S: cute.Tensor) -> cute.Tensor:
+    def online_softmax(self, acc_S: cute.Tensor, shift: list | None = None) -> cute.Tensor:
         """Step 5: replace scores by E in place, update (m, l); return alpha per row for rescale_o."""
         s = acc_rows_cols(acc_S)
         row_scale = cute.make_rmem_tensor(self.row_max.shape, Float32)
         for r in cutlass.range_constexpr(cute.size(self.row_max)):
-            self.exp_row(s, row_scale, r, self.row_max_of(s, r))
+            self.exp_row(s, row_scale, r, self.row_max_of(s, r, shift), shift)
         return row_scale
 
     @cute.jit
-    def row_max_of(self, s: cute.Tensor, r: int) -> Float32:
+    def row_max_of(self, s: cute.Tensor, r: int, shift: list | None = None) -> Float32:
         """max(m, the row's scores) over the quad's columns."""
-        return quad_reduce(row_reduce(s[r, None], cute.ReductionOp.MAX, self.row_max[r], self.chains), cute.arch.fmax)
+        if cutlass.const_expr(shift is None):
+            row_max = row_reduce(s[r, None], cute.ReductionOp.MAX, self.row_max[r], self.chains)
+        else:
+            row_max = row_reduce(s[r, None], cute.ReductionOp.MAX, -Float32.inf, self.chains) + shift[r]
+            row_max = cute.arch.fmax(row_max, self.row_max[r])
+        return quad_reduce(row_max, cute.arch.fmax)
 
     @cute.jit
-    def exp_row(self, s: cute.Tensor, row_scale: cute.Tensor, r: int, row_max_cur: Float32):
+    def exp_row(self, s: cute.Tensor, row_scale: cute.Tensor, r: int, row_max_cur: Float32, shift: list | None = None):
         """Row r of the update against its new max: E in place of the scores, alpha into row_scale, (m, l)."""
         row_max_prev = self.row_max[r]
         if cutlass.const_expr(self.rescale_threshold is not None):
@@ -111,12 +121,20 @@ class OnlineSoftmax:
             row_max_cur = row_max_cur if grew else row_max_prev
         row_max_safe = Float32(0.0) if row_max_cur == -Float32.inf else row_max_cur
         max_scaled = row_max_safe * self.scale_log2
-        exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
+        exp_scaled = (
+            max_scaled if cutlass.const_expr(shift is None) else self.shifted(row_max_safe, shift, r) * self.scale_log2
+        )
+        exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - exp_scaled, fastmath=True)
         row_scale[r] = cute.math.exp2(row_max_prev * self.scale_log2 - max_scaled, fastmath=True)
         s[r, None].store(exps)
         row_sum_new = row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains)
         self.row_sum[r] = row_scale[r] * self.row_sum[r] + row_sum_new
         self.row_max[r] = row_max_cur
+
+    @staticmethod
+    def shifted(row_max: Float32, shift: list | None, r: int) -> Float32:
+        """The max that S's row r is exponentiated against: m, less the row's shift where S holds one."""
+        return row_max if cutlass.const_expr(shift is None) else row_max - shift[r]
 
     @cute.jit
     def rescale_o(self, acc_O: cute.Tensor, row_scale: cute.Tensor, moved: Boolean | None = None):
@@ -146,7 +164,12 @@ class OnlineSoftmax:
 
     @cute.jit
     def online_softmax_kept_max(
-        self, acc_S: cute.Tensor, acc_O: cute.Tensor, rP: cute.Tensor, empty_rows: cutlass.Constexpr[bool] = False
+        self,
+        acc_S: cute.Tensor,
+        acc_O: cute.Tensor,
+        rP: cute.Tensor,
+        empty_rows: cutlass.Constexpr[bool] = False,
+        shift: list | None = None,
     ):
         """Step 5 with lazy rescaling without the row max, for an unmasked tile after the first: E = exp2(S *
         scale_log2 - m * scale_log2) against the kept max m straight away, P from E into ``rP`` (acc_S's layout, 16
@@ -171,7 +194,7 @@ class OnlineSoftmax:
             kept.append(self.row_max[r])
             if cutlass.const_expr(empty_rows):
                 kept[r] = Float32(0.0) if kept[r] == -Float32.inf else kept[r]
-            max_scaled = kept[r] * self.scale_log2
+            max_scaled = self.shifted(kept[r], shift, r) * self.scale_log2
             exps = cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True)
             sums.append(exps.reduce(cute.ReductionOp.ADD, Float32.zero, 0))
             p[r, None].store(exps.to(rP.element_type))
@@ -179,14 +202,16 @@ class OnlineSoftmax:
             if cutlass.const_expr(empty_rows):
                 fine = fine & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
         if cute.arch.vote_any_sync(not fine):
-            row_scale = self.online_softmax(acc_S)
+            row_scale = self.online_softmax(acc_S, shift)
             self.rescale_o(acc_O, row_scale)
             store_converted(acc_S, rP)
         else:
             self.add_row_sums(sums, kept if empty_rows else None)
 
     @cute.jit
-    def online_softmax_in_place(self, acc_S: cute.Tensor, row_scale: cute.Tensor, recompute) -> Boolean:
+    def online_softmax_in_place(
+        self, acc_S: cute.Tensor, row_scale: cute.Tensor, recompute, shift: list | None = None
+    ) -> Boolean:
         """online_softmax_kept_max with E in place of S, so that it need not wait for the P V that still reads P:
         E = exp2(S * scale_log2 - m * scale_log2) against each row's kept max m (0 for a row still at -inf); the
         rows are fine when every row's sum of this thread's E is at most 2^rescale_threshold and, for a row still at
@@ -201,19 +226,21 @@ class OnlineSoftmax:
         for r in cutlass.range_constexpr(cute.size(self.row_max)):
             empty = self.row_max[r] == -Float32.inf
             kept.append(Float32(0.0) if empty else self.row_max[r])
-            max_scaled = kept[r] * self.scale_log2
+            max_scaled = self.shifted(kept[r], shift, r) * self.scale_log2
             s[r, None].store(cute.math.exp2(s[r, None].load() * self.scale_log2 - max_scaled, fastmath=True))
             sums.append(row_reduce(s[r, None], cute.ReductionOp.ADD, Float32.zero, self.sum_chains))
             fine = fine & (sums[r] <= bound) & ((sums[r] >= 1.0) | (self.row_max[r] != -Float32.inf))
         moved = cute.arch.vote_any_sync(not fine)
         if moved:
-            self.move_kept_max(acc_S, sums, kept, row_scale, recompute)
+            self.move_kept_max(acc_S, sums, kept, row_scale, recompute, shift)
         else:
             self.add_row_sums(sums, kept)
         return moved
 
     @cute.jit
-    def move_kept_max(self, acc_S: cute.Tensor, sums: list, kept: list, row_scale: cute.Tensor, recompute):
+    def move_kept_max(
+        self, acc_S: cute.Tensor, sums: list, kept: list, row_scale: cute.Tensor, recompute, shift: list | None = None
+    ):
         """The update of a warp that failed online_softmax_in_place's check, from E: a row whose largest E passed
         2^rescale_threshold, or a row still at -inf whose largest E is below 1, takes m' = m + log2(max E) /
         scale_log2, so its E (and l, and U through ``row_scale``) shrink by alpha = exp2((m - m') * scale_log2),
@@ -234,8 +261,8 @@ class OnlineSoftmax:
             new_max.append(kept[r] + cute.math.log2(e_max, fastmath=True) * inv_scale if moves else kept[r])
             alphas.append(cute.math.exp2((kept[r] - new_max[r]) * self.scale_log2, fastmath=True))
         if cute.arch.vote_any_sync(lost):
-            recompute()
-            row_scale.store(self.online_softmax(acc_S).load())
+            recompute()  # S again, in the frame of ``shift``
+            row_scale.store(self.online_softmax(acc_S, shift).load())
         else:
             self.shift_rows(acc_S, sums, new_max, alphas, row_scale)
 

@@ -503,7 +503,7 @@ class FlashAttentionForwardSm90:
             kv_head_idx=head_idx // tiles.qheads_per_kvhead,
             n_block_min=n_block_min,
             n_block_max=n_block_max,
-            runs=tile_info.visit_runs(m_block, n_block_min, n_block_max),
+            runs=tile_info.visit_runs(m_block, n_block_min, n_block_max, self.config.alibi),
         )
 
     @cute.jit
@@ -612,7 +612,7 @@ class FlashAttentionForwardSm90:
         prev = tile.n_block_max - 1
         load_k(state, n_block=prev)
         for run in cutlass.range_constexpr(len(tile.runs)):
-            first, count, _ = tile.runs[run]
+            first, count, _, _ = tile.runs[run]
             for i in cutlass.range(count, unroll=1):
                 state, prev = self.load_next(load_k, load_v, state, prev, first - i)
         load_v(state, n_block=prev)
@@ -857,9 +857,9 @@ class FlashAttentionForwardSm90:
         self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, tile.n_block_max - 1, slope, wg)
         step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, slope, wg)
         for run in cutlass.range_constexpr(len(tile.runs)):  # TileInfo.visit_runs
-            first, count, masked = tile.runs[run]
+            first, count, masked, side = tile.runs[run]
             for i in cutlass.range(count, unroll=1):
-                state = step(state, first - i, masked)
+                state = step(state, first - i, masked, side)
         # The last tile's P V.
         if cutlass.const_expr(self.config.rescale_o_early):
             softmax.rescale_o(mma.acc_O, mma.row_scale)
@@ -934,9 +934,11 @@ class FlashAttentionForwardSm90:
         state: pipeline.PipelineState,
         n_block: Int32,
         mask_rows: cutlass.Constexpr[bool],
+        side: cutlass.Constexpr[int],
     ) -> pipeline.PipelineState:
         """S = Q K[n]^T and O += P V[previous tile] in flight together; softmax of S while P V finishes (with
-        lazy rescaling on an unmasked tile, E against the kept max after it, straight into P)."""
+        lazy rescaling on an unmasked tile, E against the kept max after it, straight into P). ``side``: where
+        the tile lies from the diagonal, for ALiBi's linear form (TileInfo.visit_runs; 0: the exact form)."""
         # Lazy rescaling on an unmasked tile skips the row max. Such steps come right after the first tile
         # (TileInfo.visit_runs: the free run first), whose U is still 0, or after another of them, which leaves
         # row_scale at 1: so they skip rescale_o_early's multiplies too.
@@ -961,13 +963,14 @@ class FlashAttentionForwardSm90:
         cute.nvgpu.warpgroup.wait_group(1)  # S has landed; P V may still run
         if cutlass.const_expr(self.config.softcap):  # S = tanh(S * softmax_scale / softcap), under P V too
             apply_softcap(acc_S, mma.softcap_multiplier)
+        shift = None  # S's rows less a constant each (OnlineSoftmax), with ALiBi's linear form
         if cutlass.const_expr(self.config.alibi):  # S -= slope * |i + offset - j|, under P V too
-            mask.apply_alibi(acc_S, m_block, n_block, alibi_slope)
+            shift = self.bias_scores(acc_S, mask, m_block, n_block, alibi_slope, side)
         if cutlass.const_expr(kept_max and self.config.exp_in_place):  # E in place of S while P V runs
             sK = mma.sK[None, None, state.index]
-            scores = (mask, m_block, n_block, alibi_slope)
+            scores = (mask, m_block, n_block, alibi_slope, side)
             recompute = partial(self.recompute_scores, acc_S, mma.sQ, sK, mma.softcap_multiplier, *scores)
-            moved = softmax.online_softmax_in_place(acc_S, mma.row_scale, recompute)
+            moved = softmax.online_softmax_in_place(acc_S, mma.row_scale, recompute, shift)
             pipes.k.consumer_release(state)  # (recompute may have read K)
             cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
             pipes.v.consumer_release(v_state)
@@ -980,14 +983,14 @@ class FlashAttentionForwardSm90:
             cute.nvgpu.warpgroup.wait_group(0)
             pipes.v.consumer_release(v_state)
             rP = cute.make_tensor(mma.tOrP.iterator, acc_S.layout)
-            softmax.online_softmax_kept_max(acc_S, mma.acc_O, rP, self.config.empty_rows_keep_zero)
+            softmax.online_softmax_kept_max(acc_S, mma.acc_O, rP, self.config.empty_rows_keep_zero, shift)
             if cutlass.const_expr(self.config.rescale_o_early):
                 mma.row_scale.fill(1.0)
         else:
             pipes.k.consumer_release(state)
             if cutlass.const_expr(mask_rows):
                 mask.apply_mask(acc_S, m_block, n_block, True)
-            row_scale = softmax.online_softmax(acc_S)
+            row_scale = softmax.online_softmax(acc_S, shift)
             cute.nvgpu.warpgroup.wait_group(0)  # P V is done with the old P and with acc_O
             pipes.v.consumer_release(v_state)
             store_probs(acc_S, mma.tOrP)
@@ -1008,14 +1011,32 @@ class FlashAttentionForwardSm90:
         m_block: Int32,
         n_block: Int32,
         alibi_slope: Float32 | None,
+        side: cutlass.Constexpr[int],
     ):
         """S again by FMAs (wgmma.scores_by_fma), for move_kept_max where E cannot tell where the max went; capped
-        and biased as the tensor cores' S was, with config.softcap and config.alibi."""
+        and biased as the tensor cores' S was, with config.softcap and config.alibi (in the same form, so that S
+        holds the same shift)."""
         scores_by_fma(acc_S, mask.tScS, sQ, sK)
         if cutlass.const_expr(self.config.softcap):
             apply_softcap(acc_S, softcap_multiplier)
         if cutlass.const_expr(self.config.alibi):
+            self.bias_scores(acc_S, mask, m_block, n_block, alibi_slope, side)
+
+    @staticmethod
+    def bias_scores(
+        acc_S: cute.Tensor,
+        mask: AttentionMask,
+        m_block: Int32,
+        n_block: Int32,
+        alibi_slope: Float32,
+        side: cutlass.Constexpr[int],
+    ) -> list | None:
+        """Step 3's ALiBi bias: the exact form (side 0), or on a tile wholly on one side of the diagonal the linear
+        form, whose per-row rest it returns as the softmax's shift (common/alibi.py)."""
+        if cutlass.const_expr(side == 0):
             mask.apply_alibi(acc_S, m_block, n_block, alibi_slope)
+            return None
+        return mask.apply_alibi_on_side(acc_S, m_block, n_block, alibi_slope, side)
 
     def gemm_qk(self, mma: SimpleNamespace, acc_S: cute.Tensor, stage: Int32):
         """Step 3: S = Q K[stage]^T, both from shared memory, issued without waiting (wait_group does)."""
