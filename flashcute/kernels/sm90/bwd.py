@@ -382,7 +382,7 @@ class FlashAttentionBackwardSm90:
             # the sequence's rows of LSE and D start on a whole Q tile, padded_stats_offset (family.py)
             stats_offset = (seq.offset_q + batch_idx * self.block_m) // self.block_m * self.block_m
         qheads_per_kvhead = mQ.shape[2] // nheads_k
-        _, keys_tiles = tile_info.n_block_range(m_block_min)  # the K/V tiles wait_turn's places count
+        _, num_n_blocks = tile_info.n_block_range(m_block_min)  # the sequence's K/V tiles (rotation, wait_turn)
         work = SimpleNamespace(
             n_block=n_block,
             kv_head_idx=kv_head_idx,
@@ -393,7 +393,8 @@ class FlashAttentionBackwardSm90:
             m_block_min=m_block_min,
             m_block_max=m_block_max,
             num_m_blocks=m_block_max - m_block_min,
-            start=rotation(n_block, cutlass.max(m_block_max - m_block_min, 1), keys_tiles) if self.rotates else 0,
+            num_n_blocks=num_n_blocks,
+            start=rotation(n_block, cutlass.max(m_block_max - m_block_min, 1), num_n_blocks) if self.rotates else 0,
         )
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
@@ -551,11 +552,10 @@ class FlashAttentionBackwardSm90:
     ):
         """Wait until the K/V tiles before this one that see Q tile m_block have added into its dQ (one lane
         spins, the warp waits for it)."""
-        n_lo, n_hi = tile_info.n_block_range(m_block)
         if cutlass.const_expr(self.rotates):  # no mask: every K/V tile sees every Q tile (m_block_min is 0)
-            place = rotated_place(work.n_block, m_block, n_hi, work.num_m_blocks)
+            place = rotated_place(work.n_block, m_block, work.num_n_blocks, work.num_m_blocks)
         else:
-            place = work.n_block - n_lo
+            place = work.n_block - tile_info.n_block_range(m_block)[0]
         counter = counters[head_idx, None].iterator + m_block
         if cute.arch.lane_idx() == 0:
             semaphore.wait_for(counter, place)
