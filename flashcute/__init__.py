@@ -14,13 +14,23 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 if TYPE_CHECKING:
     from flashcute.interface import available_kernels, flash_attn_func, flash_attn_varlen_func
     from flashcute.kvcache import flash_attn_with_kvcache
+    from flashcute.packed_qkv import (
+        flash_attn_kvpacked_func,
+        flash_attn_qkvpacked_func,
+        flash_attn_varlen_kvpacked_func,
+        flash_attn_varlen_qkvpacked_func,
+    )
     from flashcute.padding import pad_input, unpad_input
 
 __all__ = [
     "__version__",
     "available_kernels",
     "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "pad_input",
     "unpad_input",
@@ -29,6 +39,10 @@ _API = set(__all__) - {"__version__"}  # imported on first use (__getattr__)
 # The modules of the names in _API that do not come from flashcute.interface
 _MODULES = {
     "flash_attn_with_kvcache": "flashcute.kvcache",
+    "flash_attn_kvpacked_func": "flashcute.packed_qkv",
+    "flash_attn_qkvpacked_func": "flashcute.packed_qkv",
+    "flash_attn_varlen_kvpacked_func": "flashcute.packed_qkv",
+    "flash_attn_varlen_qkvpacked_func": "flashcute.packed_qkv",
     "pad_input": "flashcute.padding",
     "unpad_input": "flashcute.padding",
 }

@@ -20,6 +20,7 @@ from flashcute.kernels import registry
 from flashcute.kernels.launch import DENSE, dtype_name, num_sms
 from flashcute.validation import (
     AttentionArgs,
+    pads_head_dims,
     validate_attention_args,
     validate_cuda_inputs,
     validate_pointers,
@@ -291,13 +292,15 @@ def flash_attn_func(
     learnable_sink).
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0.
-    v's head dim may differ from q's and k's (DeepSeek-style (192, 128)): a multiple of 8 up to q's head-dim bucket
-    (32, 64, 96, 128, 192, 256), out then has v's.
+    head dims up to 256; one that is not a multiple of 8 runs on zero-padded copies (as in flash_attn). v's head dim
+    may differ from q's and k's (DeepSeek-style (192, 128)): up to q's head-dim bucket (32, 64, 96, 128, 192, 256),
+    out then has v's.
     softmax_scale defaults to 1/sqrt(headdim). causal=True masks keys j > i + seqlen_k - seqlen_q (bottom-right,
     flash_attn's convention) or, with causal_align="top_left", keys j > i (the seed's rule). window_size=(left,
-    right) keeps keys within [i + offset - left, i + offset + right]; -1 means unbounded. A query that sees no key
-    gets O = 0 and LSE = -inf. softcap > 0 caps each score (Gemma 2): softcap * tanh(score / softcap) takes the
-    place of score = softmax_scale * q.k before the mask and the softmax; 0 (the default) leaves scores as they are.
+    right) keeps keys within [i + offset - left, i + offset + right]; -1 (or None) means unbounded. A query that
+    sees no key gets O = 0 and LSE = -inf. softcap > 0 caps each score (Gemma 2): softcap * tanh(score / softcap)
+    takes the place of score = softmax_scale * q.k before the mask and the softmax; 0 (the default) leaves scores as
+    they are.
     learnable_sink, a float tensor (nheads,) on q's device (flash-attn-4's convention, gpt-oss): one logit per query
     head that joins every row's softmax denominator, exp(sink) beside the exp(score) of the keys, with no value
     (O = sum_j exp(s_j) v_j / (exp(sink) + sum_j exp(s_j))); LSE includes it, a row that sees no key gets O = 0 and
@@ -326,6 +329,11 @@ def flash_attn_func(
         for name, flag in (("deterministic", deterministic), ("return_lse", return_lse)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
+    if plan.pads:
+        scores = {"softcap": softcap, "learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes}
+        options = {"causal": causal, "window_size": window_size, "deterministic": deterministic, **scores}
+        options |= {"causal_align": causal_align, "kernel": kernel}
+        return padded_call(flash_attn_func, q, k, v, return_lse, plan.args.softmax_scale, **options)
     q, k, v = plan.inputs(q, k, v)
     sink, alibi = learnable_sink, alibi_slopes
     if torch.is_grad_enabled() and (
@@ -347,13 +355,14 @@ class CallPlan:
     scalars (softmax_scale, diag_offset, window_left, window_right, kernel, softcap), whether the inputs need new
     strides (validate_cuda_inputs' row views) or a cast (autocast), so that a repeated call only looks its plan up."""
 
-    __slots__ = ("args", "casts", "key_range", "launch", "restrides", "scalars", "split")
+    __slots__ = ("args", "casts", "key_range", "launch", "pads", "restrides", "scalars", "split")
 
     def __init__(
         self, args: AttentionArgs, scalars: tuple, restrides: bool, casts: bool, key_range: tuple[int, int, int] | None
     ):
         self.args, self.scalars, self.restrides, self.casts = args, scalars, restrides, casts
         self.key_range, self.split, self.launch = key_range, None, None
+        self.pads = pads_head_dims(args)  # the call runs on zero-padded copies (padded_call)
 
     def forward(self, q, k, v, learnable_sink, alibi_slopes) -> tuple[torch.Tensor, torch.Tensor]:
         """forward_outputs for this signature's inputs, through the family's launch that its first call looked up
@@ -441,6 +450,22 @@ def _plan(
     restrides = any(new is not old for new, old in zip(ready, (q, k, v), strict=True))
     scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args), kernel or "auto", args.softcap)
     return CallPlan(args, scalars, restrides, casts, _split_key_range(args, *ready))
+
+
+def pad_head_dims(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The tensors (None passes) whose head dim, the last, is not a multiple of 8 zero-padded up to one, the
+    kernels' 16-byte rows (flash_attn pads such head dims alike): a zero column of q and k adds nothing to a score,
+    and v's zero columns make out's extra columns, which the caller drops. F.pad is differentiable, so autograd
+    takes the gradients back to the given tensors' columns."""
+    return tuple(t if t is None or t.shape[-1] % 8 == 0 else F.pad(t, (0, -t.shape[-1] % 8)) for t in tensors)
+
+
+def padded_call(entry, q, k, v, return_lse: bool, softmax_scale: float, *args, **options):
+    """``entry``(q, k, v, *args, ...) on head dims zero-padded to multiples of 8 (pad_head_dims), with the scale
+    that the given head dim resolved to, and its out cut back to v's head dim (a view, as flash_attn returns)."""
+    out, lse = entry(*pad_head_dims(q, k, v), *args, softmax_scale=softmax_scale, return_lse=True, **options)
+    out = out[..., : v.shape[-1]]
+    return (out, lse) if return_lse else out
 
 
 def _split_key_range(
@@ -732,6 +757,12 @@ def flash_attn_varlen_func(
     if q.dtype == torch.float32 and q.is_cuda and torch.is_autocast_enabled("cuda"):
         q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))
     q, k, v = (t[0] for t in validate_cuda_inputs(q[None], k[None], v[None], args))
+    if pads_head_dims(args):
+        sequences = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        options = {"causal": causal, "window_size": window_size, "softcap": softcap, "deterministic": deterministic}
+        options |= {"seqused_q": seqused_q, "seqused_k": seqused_k, "validate": validate, "kernel": kernel}
+        options |= {"learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes}
+        return padded_call(flash_attn_varlen_func, q, k, v, return_lse, args.softmax_scale, *sequences, **options)
     if validate:
         validate_varlen_values(args, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     span = args.max_seqlen_q + args.max_seqlen_k  # a window side this wide hides no key (kernel_window)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from flashcute import interface, splitkv
 from flashcute.kernels import registry
-from flashcute.validation import validate_kvcache_args, validate_kvcache_kernel_inputs
+from flashcute.validation import pads_head_dims, validate_kvcache_args, validate_kvcache_kernel_inputs
 
 
 def apply_rotary(
@@ -74,7 +74,8 @@ def flash_attn_with_kvcache(
     headdim) whose position p of sequence b lies in page block_table[b, p // page_block_size] at row
     p % page_block_size (any page size). A sequence's capacity is seqlen_cache, or max_num_blocks_per_seq *
     page_block_size. nheads % nheads_k == 0 (grouped-query attention). v_cache (and v) may have a head dim of their
-    own, as flash_attn_func's v (out then has it).
+    own, as flash_attn_func's v (out then has it). A head dim that is not a multiple of 8 runs, as in flash_attn, on
+    zero-padded copies of q and the caches, whose appended rows are then copied back (a copy of each cache a call).
 
     cache_seqlens: int, or int32 (batch,): the keys already in each sequence's cache; None (only without k) means
     the whole capacity. k, v (batch, seqlen_new, nheads_k, headdim), optional (with them seqlen_q must be at most
@@ -152,6 +153,19 @@ def flash_attn_with_kvcache(
         if not isinstance(kernel, str):
             raise TypeError(f"kernel must be a str or None, got {kernel!r}")
         registry.pick(q.device, kernel)  # an unknown or unavailable name fails before the cache is written
+    if pads_head_dims(args.attention):  # (not multiples of 8: zero-padded copies, the caches' included)
+        q, k_padded, v_padded, k, v = interface.pad_head_dims(q, k_cache, v_cache, k, v)
+        options = {"window_size": window_size, "softcap": softcap, "rotary_interleaved": rotary_interleaved}
+        options |= {"num_splits": num_splits, "kernel": kernel, "learnable_sink": learnable_sink}
+        out, lse = flash_attn_with_kvcache(
+            q, k_padded, v_padded, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+            block_table, args.attention.softmax_scale, causal, return_lse=True, alibi_slopes=alibi_slopes, **options
+        )  # fmt: skip
+        if k is not None:  # the appended rows (rotated where rotary applies) into the caller's caches
+            k_cache.copy_(k_padded[..., : k_cache.shape[-1]])
+            v_cache.copy_(v_padded[..., : v_cache.shape[-1]])
+        out = out[..., : v_cache.shape[-1]]
+        return (out, lse) if return_lse else out
     batch, seqlen_q, nheads, headdim = q.shape
     nheads_k, capacity, device = k_cache.shape[2], args.capacity, q.device
     if cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor):

@@ -396,14 +396,15 @@ def _check_causal_align(causal_align: Any) -> str:
 
 
 def _check_window(window_size: Any) -> tuple[int, int]:
-    allowed = "a pair (window_left, window_right) of ints >= -1 (-1 = unbounded)"
+    allowed = "a pair (window_left, window_right) of ints >= -1 (-1 or None = unbounded)"
     if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2):
         raise TypeError(f"window_size must be {allowed}, got {window_size!r}")
-    if not all(_is_int(side) for side in window_size):
+    sides = [-1 if side is None else side for side in window_size]  # None: flash-attn-4's unbounded side
+    if not all(_is_int(side) for side in sides):
         raise TypeError(f"window_size must be {allowed}, got {window_size!r}")
-    if min(window_size) < -1:
+    if min(sides) < -1:
         raise ValueError(f"window_size must be {allowed}, got {window_size!r}")
-    return int(window_size[0]), int(window_size[1])
+    return int(sides[0]), int(sides[1])
 
 
 def _check_softcap(softcap: Any) -> float:
@@ -469,16 +470,24 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     if not q.device == k.device == v.device:
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
-    if args.headdim % 8 != 0 or args.headdim > KERNEL_MAX_HEADDIM:
-        raise ValueError(f"headdim must be a multiple of 8 up to {KERNEL_MAX_HEADDIM}, got {args.headdim}")
+    if args.headdim > KERNEL_MAX_HEADDIM:
+        raise ValueError(f"headdim must be at most {KERNEL_MAX_HEADDIM}, got {args.headdim}")
     if args.headdim_v != args.headdim:
         bucket = head_dim_bucket(args.headdim)
-        if args.headdim_v % 8 != 0 or args.headdim_v > bucket:
+        if args.headdim_v > bucket:
             raise ValueError(
-                f"v's headdim (v.shape[3]) must be a multiple of 8 up to q's head-dim bucket ({bucket} for q's "
-                f"{args.headdim}) where it differs from q's, got {args.headdim_v}"
+                f"v's headdim (v.shape[3]) must be at most q's head-dim bucket ({bucket} for q's {args.headdim}) "
+                f"where it differs from q's, got {args.headdim_v}"
             )
+    if pads_head_dims(args):  # the kernels take zero-padded copies (interface.pad_head_dims): their rows align
+        return q, k, v
     return tuple(_aligned_rows(name, t) for name, t in tensors.items())
+
+
+def pads_head_dims(args: AttentionArgs) -> bool:
+    """Whether q's or v's head dim is not a multiple of 8, the kernels' 16-byte rows: such a call runs on copies
+    zero-padded up to one (flash_attn's way with such head dims)."""
+    return (args.headdim | args.headdim_v) % 8 != 0
 
 
 def _aligned_rows(name: str, t: Any) -> Any:
@@ -757,7 +766,6 @@ def validate_kvcache_kernel_inputs(
     """What the CUDA kernels need of the tensors they may read where they lie (16-byte aligned rows, CUDA fp16 /
     bf16, head dim), checked before the cache is written, so that a call they cannot run changes
     nothing."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        _aligned_rows(name, t)
-    validate_cuda_inputs(q, k_cache, v_cache, args.attention)
-    validate_pointers(q=q, k_cache=k_cache, v_cache=v_cache)
+    validate_cuda_inputs(q, k_cache, v_cache, args.attention)  # (rows aligned, unless zero-padded copies are read)
+    if not pads_head_dims(args.attention):
+        validate_pointers(q=q, k_cache=k_cache, v_cache=v_cache)

@@ -71,7 +71,7 @@ def test_seqlens_and_masks(dtype, seqlens, mask, head_dim, kernel):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 192, 256, 40, 200])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 192, 256, 40, 200, 59, 111])
 @pytest.mark.parametrize("causal", [False, True])
 def test_head_dims(dtype, head_dim, causal, kernel):
     q = randn(1, 257, 2, head_dim, dtype=dtype)
@@ -81,7 +81,7 @@ def test_head_dims(dtype, head_dim, causal, kernel):
 
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("mask", MASKS[:4], ids=str)
-@pytest.mark.parametrize("head_dims", [(192, 128), (128, 64), (96, 40), (72, 64)], ids=str)
+@pytest.mark.parametrize("head_dims", [(192, 128), (128, 64), (96, 40), (72, 64), (59, 37)], ids=str)
 def test_v_with_a_head_dim_of_its_own(head_dims, mask, deterministic):
     """dQ, dK and dV with v's head dim apart from q's (dV and dO at v's), GQA, partial tiles, the dtypes in turn."""
     head_dim, head_dim_v = head_dims

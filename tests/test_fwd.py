@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from torch.nn.functional import pad
 
 import flashcute
 from flashcute.interface import kernel_window, launch_fwd
@@ -295,10 +296,24 @@ def test_v_with_a_head_dim_of_its_own(head_dims, mask, kernel):
     check_against_spec(out, lse, q, k, v, **mask)
 
 
+@pytest.mark.parametrize("head_dims", [(59, 59), (111, 111), (4, 4), (250, 250), (59, 37), (128, 99)], ids=str)
+@pytest.mark.parametrize("mask", MASKS[:4], ids=str)
+def test_head_dims_that_are_not_multiples_of_8(head_dims, mask, kernel):
+    """flash_attn_func on head dims the kernels' 16-byte rows do not fit (zero-padded copies): out with v's head
+    dim, the scale resolved from q's given head dim, against the spec."""
+    head_dim, head_dim_v = head_dims
+    dtype = (torch.bfloat16, torch.float16)[(head_dim + MASKS.index(mask)) % 2]
+    q, k = randn(2, 137, 4, head_dim, dtype=dtype), randn(2, 201, 2, head_dim, dtype=dtype)
+    v = randn(2, 201, 2, head_dim_v, dtype=dtype)
+    out, lse = flashcute.flash_attn_func(q, k, v, return_lse=True, kernel=kernel, **mask)
+    assert out.shape == (2, 137, 4, head_dim_v)
+    check_against_spec(out, lse, q, k, v, **mask)
+
+
 def test_v_wider_than_the_kernels_take_is_refused():
     """v's head dim above q's head-dim bucket gets a clear error before any launch."""
     q, k = randn(1, 64, 2, 64), randn(1, 64, 2, 64)
-    with pytest.raises(ValueError, match=r"v's headdim \(v.shape\[3\]\) must be a multiple of 8 up to q's head-dim"):
+    with pytest.raises(ValueError, match=r"v's headdim \(v.shape\[3\]\) must be at most q's head-dim bucket \(64"):
         flashcute.flash_attn_func(q, k, randn(1, 64, 2, 128))
 
 
@@ -309,7 +324,7 @@ def test_v_wider_than_the_kernels_take_is_refused():
         (lambda q, k, v: (q.half(), k, v), "dtype"),
         (lambda q, k, v: (q.float(), k.float(), v.float()), "float16 or bfloat16"),
         (lambda q, k, v: (q[..., ::2], k[..., ::2], v[..., ::2]), "last dim"),
-        (lambda q, k, v: (q[:, :, :, :60], k[:, :, :, :60], v[:, :, :, :60]), "multiple of 8"),
+        (lambda q, k, v: (pad(q, (0, 200)), pad(k, (0, 200)), v), "headdim must be at most 256, got 264"),
     ],
 )
 def test_bad_inputs_raise_before_launch(bad, message):

@@ -301,7 +301,7 @@ def cases(draw) -> Case:
     leftpad = None
     if draw(st.booleans()):
         leftpad = [draw(st.integers(0, capacity if filled is None else filled[b])) for b in range(batch)]
-    headdim = draw(st.sampled_from([8, 16]))
+    headdim = draw(st.sampled_from([8, 16, 5, 12]))  # (5, 12: not multiples of 8, run on zero-padded copies)
     rotary = None
     if seqlen_new is not None and draw(st.booleans()):
         rotary = (2 * draw(st.integers(1, headdim // 2)), draw(st.booleans()))
@@ -373,7 +373,7 @@ def test_matches_the_reference_and_writes_only_the_new_slots(stand_in, case):
         cache, cache_before = buffers[name][region], before[name][region]
         assert torch.equal(cache[~written], cache_before[~written]), f"{name}_cache changed outside the new slots"
         torch.testing.assert_close(cache[written], ref_cache[written], rtol=0, atol=1e-14 if case.rotary else 0)
-    if case.layout == "batch" and not case.strided:  # read where it lies: the kernel's k is a view of k_cache
+    if case.layout == "batch" and not case.strided and case.headdim % 8 == 0:  # read where it lies: a view of k_cache
         assert stand_in.calls[0]["k"].data_ptr() == inputs["k_cache"].data_ptr()
 
 

@@ -56,6 +56,13 @@ def test_causal_is_window_right_zero_and_keeps_window_left():
     assert (args.window_left, args.window_right, args.causal, args.has_mask) == (3, 0, True, True)
 
 
+def test_a_window_side_of_none_is_unbounded():
+    """flash-attn-4 writes an unbounded side as None where flash_attn 2 writes -1."""
+    args = validate_attention_args(Q, KV, KV, window_size=(None, 4))
+    assert (args.window_left, args.window_right) == (-1, 4)
+    assert not validate_attention_args(Q, KV, KV, window_size=[None, None]).has_mask
+
+
 def test_top_left_alignment_has_no_offset():
     assert validate_attention_args(Q, KV, KV, causal_align="top_left").diagonal_offset == 0
 
@@ -119,7 +126,7 @@ OPTION_ERRORS = [
         "window_size",
         (-2, 0),
         ValueError,
-        "a pair (window_left, window_right) of ints >= -1 (-1 = unbounded), got (-2, 0)",
+        "a pair (window_left, window_right) of ints >= -1 (-1 or None = unbounded), got (-2, 0)",
     ),
     ("window_size", (3,), TypeError, "got (3,)"),
     ("window_size", 3, TypeError, "got 3"),

@@ -151,7 +151,7 @@ def test_backward_against_spec_per_sequence(case, deterministic, kernel):
         check_against_spec_grads(ours, q[None, sq], k[None, sk], v[None, sk], dout[None, sq], **case["options"])
 
 
-@pytest.mark.parametrize("head_dim", [32, 40, 96, 192, 256])
+@pytest.mark.parametrize("head_dim", [32, 40, 96, 192, 256, 59])
 def test_head_dims(head_dim, kernel):
     lens_q, lens_k = [1, 200, 0, 77], [130, 64, 5, 300]
     q = packed(sum(lens_q), 2, head_dim, torch.float16, head_dim)
@@ -170,7 +170,7 @@ def test_head_dims(head_dim, kernel):
     check_against_spec_grads(ours, q[None, sq], k[None, sk], v[None, sk], dout[None, sq], causal=True)
 
 
-@pytest.mark.parametrize("head_dims", [(192, 128), (128, 64), (96, 40)], ids=str)
+@pytest.mark.parametrize("head_dims", [(192, 128), (128, 64), (96, 40), (111, 37)], ids=str)
 def test_v_with_a_head_dim_of_its_own(head_dims, kernel):
     """v's head dim apart from q's in a packed batch (an empty sequence, seqused_q): out with v's head dim, and the
     gradients of a sequence's counted rows."""
