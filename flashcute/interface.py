@@ -291,8 +291,9 @@ def flash_attn_func(
     """Exact attention, FlashAttention-style, for CUDA fp16/bf16 tensors; differentiable in q, k, v (and
     learnable_sink).
 
-    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0.
-    head dims up to 256; one that is not a multiple of 8 runs on zero-padded copies (as in flash_attn). v's head dim
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0;
+    a batch or a length of 0 launches nothing. Head dims up to 256; one that is not a multiple of 8 runs on
+    zero-padded copies (as in flash_attn). v's head dim
     may differ from q's and k's (DeepSeek-style (192, 128)): up to q's head-dim bucket (32, 64, 96, 128, 192, 256),
     out then has v's.
     softmax_scale defaults to 1/sqrt(headdim). causal=True masks keys j > i + seqlen_k - seqlen_q (bottom-right,
@@ -329,12 +330,16 @@ def flash_attn_func(
         for name, flag in (("deterministic", deterministic), ("return_lse", return_lse)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
-    if plan.pads:
-        scores = {"softcap": softcap, "learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes}
-        options = {"causal": causal, "window_size": window_size, "deterministic": deterministic, **scores}
-        options |= {"causal_align": causal_align, "kernel": kernel}
-        return padded_call(flash_attn_func, q, k, v, return_lse, plan.args.softmax_scale, **options)
     q, k, v = plan.inputs(q, k, v)
+    if plan.detour is not None:
+        scores = {"softcap": softcap, "learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes}
+        options = {"causal": causal, "window_size": window_size, "causal_align": causal_align, **scores}
+        if plan.detour == "empty":
+            if kernel is not None:
+                registry.pick(q.device, kernel)  # (a name the device does not run is still refused)
+            return _nothing_to_compute(q, k, v, return_lse, plan.args.softmax_scale, **options)
+        options |= {"deterministic": deterministic, "kernel": kernel}
+        return padded_call(flash_attn_func, q, k, v, return_lse, plan.args.softmax_scale, **options)
     sink, alibi = learnable_sink, alibi_slopes
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
@@ -355,14 +360,19 @@ class CallPlan:
     scalars (softmax_scale, diag_offset, window_left, window_right, kernel, softcap), whether the inputs need new
     strides (validate_cuda_inputs' row views) or a cast (autocast), so that a repeated call only looks its plan up."""
 
-    __slots__ = ("args", "casts", "key_range", "launch", "pads", "restrides", "scalars", "split")
+    __slots__ = ("args", "casts", "detour", "key_range", "launch", "restrides", "scalars", "split")
 
     def __init__(
-        self, args: AttentionArgs, scalars: tuple, restrides: bool, casts: bool, key_range: tuple[int, int, int] | None
+        self,
+        args: AttentionArgs,
+        scalars: tuple,
+        restrides: bool,
+        casts: bool,
+        key_range: tuple[int, int, int] | None,
+        detour: str | None,
     ):
         self.args, self.scalars, self.restrides, self.casts = args, scalars, restrides, casts
-        self.key_range, self.split, self.launch = key_range, None, None
-        self.pads = pads_head_dims(args)  # the call runs on zero-padded copies (padded_call)
+        self.key_range, self.detour, self.split, self.launch = key_range, detour, None, None
 
     def forward(self, q, k, v, learnable_sink, alibi_slopes) -> tuple[torch.Tensor, torch.Tensor]:
         """forward_outputs for this signature's inputs, through the family's launch that its first call looked up
@@ -449,7 +459,22 @@ def _plan(
         raise TypeError(f"kernel must be a str or None, got {kernel!r}")
     restrides = any(new is not old for new, old in zip(ready, (q, k, v), strict=True))
     scalars = (args.softmax_scale, args.diagonal_offset, *kernel_window(args), kernel or "auto", args.softcap)
-    return CallPlan(args, scalars, restrides, casts, _split_key_range(args, *ready))
+    # a call the kernels do not take as it is: "empty", no query row or no key (_nothing_to_compute), or "pad",
+    # head dims off multiples of 8 (padded_call)
+    detour = "empty" if args.empty else "pad" if pads_head_dims(args) else None
+    key_range = None if detour else _split_key_range(args, *ready)
+    return CallPlan(args, scalars, restrides, casts, key_range, detour)
+
+
+def _nothing_to_compute(q, k, v, return_lse: bool, softmax_scale: float, **options):
+    """flash_attn_func where there is no query row or no key (a batch or a length of 0): no launch; the spec's
+    operations on the empty sizes give out (empty, or O = 0) and LSE (-inf, or the sink) in the kernels' dtypes,
+    differentiable as the kernels' path is (zero gradients)."""
+    from flashcute.reference.naive import attention_ref  # (the reference package imports this module)
+
+    out, lse = attention_ref(q, k, v, softmax_scale, return_lse=True, **options)
+    out, lse = out.to(q.dtype), lse.detach().float()
+    return (out, lse) if return_lse else out
 
 
 def pad_head_dims(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:

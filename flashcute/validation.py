@@ -72,6 +72,11 @@ class AttentionArgs:
         return self.window_left >= 0 or self.window_right >= 0
 
     @property
+    def empty(self) -> bool:
+        """True when there is no query row or no key: nothing for a kernel to compute (out is empty, or O = 0)."""
+        return self.batch * self.seqlen_q * self.seqlen_k == 0
+
+    @property
     def diagonal_offset(self) -> int:
         """The key aligned with query i is key i + offset: seqlen_k - seqlen_q (bottom_right) or 0 (top_left)."""
         return self.seqlen_k - self.seqlen_q if self.causal_align == "bottom_right" else 0
@@ -206,9 +211,9 @@ def validate_varlen_args(
     alibi_slopes on the CPU, when given, are read, to check they are finite); `validate_varlen_values` checks the
     values of the sequence tensors. Raises TypeError / ValueError naming the argument, the value given and what is
     allowed."""
-    total_q, nheads, headdim = _shape("q", q, VARLEN_Q_DIMS, empty_rows=True)
-    total_k, nheads_k, _ = k_shape = _shape("k", k, VARLEN_KV_DIMS, empty_rows=True)
-    v_shape = _shape("v", v, VARLEN_KV_DIMS, empty_rows=True)
+    total_q, nheads, headdim = _shape("q", q, VARLEN_Q_DIMS, empty_dims=1)
+    total_k, nheads_k, _ = k_shape = _shape("k", k, VARLEN_KV_DIMS, empty_dims=1)
+    v_shape = _shape("v", v, VARLEN_KV_DIMS, empty_dims=1)
     if v_shape[:2] != k_shape[:2]:
         raise ValueError(f"v must have k's (total_k, nheads_k), {k_shape[:2]}, and any head dim, got shape {v_shape}")
     if k_shape[2] != headdim:
@@ -319,9 +324,9 @@ def validate_tile_sizes(block_m: Any, block_n: Any) -> None:
 # ---- shapes -------------------------------------------------------------------------------------------------
 
 
-def _shape(name: str, x: Any, dims: tuple[str, ...], empty_rows: bool = False) -> tuple[int, ...]:
-    """x's shape after checking it has one size per name in ``dims``, each >= 1 (the first may be 0 with
-    ``empty_rows``: a packed batch's total of rows)."""
+def _shape(name: str, x: Any, dims: tuple[str, ...], empty_dims: int = 0) -> tuple[int, ...]:
+    """x's shape after checking it has one size per name in ``dims``, each >= 1 but the first ``empty_dims``, which
+    may be 0 (a batch, a sequence length, a packed batch's total of rows: a call with nothing to compute)."""
     if not hasattr(x, "shape"):
         raise TypeError(f"{name} must be a tensor or array ({', '.join(dims)}), got {type(x).__name__}")
     shape = tuple(int(size) for size in x.shape)
@@ -330,21 +335,18 @@ def _shape(name: str, x: Any, dims: tuple[str, ...], empty_rows: bool = False) -
         raise ValueError(
             f"{name} must have {len(dims)} dimensions {layout}, got shape {shape} ({len(shape)} dimensions)"
         )
-    first = 1 if empty_rows else 0
-    if min(shape[first:]) < 1:
-        dim = next(dim for dim, size in enumerate(shape) if size < 1 and dim >= first)
-        raise ValueError(
-            f"{name}.shape[{dim}] ({dims[dim]}) must be >= 1 (empty inputs are rejected), got {shape[dim]}"
-        )
+    if min(shape[empty_dims:]) < 1:
+        dim = next(dim for dim, size in enumerate(shape) if size < 1 and dim >= empty_dims)
+        raise ValueError(f"{name}.shape[{dim}] ({dims[dim]}) must be >= 1, got {shape[dim]}")
     return shape
 
 
 def _check_shapes(q: Any, k: Any, v: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """Return (q shape, k shape, v's head dim) after checking ranks, sizes and that q, k and v agree (v's head dim
     may differ from theirs)."""
-    batch, _, nheads, headdim = q_shape = _shape("q", q, Q_DIMS)
-    k_shape = _shape("k", k, KV_DIMS)
-    v_shape = _shape("v", v, KV_DIMS)
+    batch, _, nheads, headdim = q_shape = _shape("q", q, Q_DIMS, empty_dims=2)
+    k_shape = _shape("k", k, KV_DIMS, empty_dims=2)
+    v_shape = _shape("v", v, KV_DIMS, empty_dims=2)
     if v_shape[:3] != k_shape[:3]:
         raise ValueError(
             f"v must have k's (batch, seqlen_k, nheads_k), {k_shape[:3]}, and any head dim, got shape {v_shape}"
@@ -479,8 +481,8 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
                 f"v's headdim (v.shape[3]) must be at most q's head-dim bucket ({bucket} for q's {args.headdim}) "
                 f"where it differs from q's, got {args.headdim_v}"
             )
-    if pads_head_dims(args):  # the kernels take zero-padded copies (interface.pad_head_dims): their rows align
-        return q, k, v
+    if pads_head_dims(args) or q.numel() == 0 or k.numel() == 0:  # zero-padded copies (interface.pad_head_dims)
+        return q, k, v  # or no launch at all
     return tuple(_aligned_rows(name, t) for name, t in tensors.items())
 
 

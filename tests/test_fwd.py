@@ -310,6 +310,19 @@ def test_head_dims_that_are_not_multiples_of_8(head_dims, mask, kernel):
     check_against_spec(out, lse, q, k, v, **mask)
 
 
+@pytest.mark.parametrize("sizes", [(2, 3, 0), (0, 3, 5), (2, 0, 5)], ids=["no key", "no sequence", "no query"])
+def test_an_empty_batch_or_length_launches_nothing(sizes, kernel):
+    """O = 0 (or nothing) and LSE = -inf where there is no key; the backward gives zero gradients."""
+    batch, seqlen_q, seqlen_k = sizes
+    q = randn(batch, seqlen_q, 4, 64).requires_grad_()
+    k, v = (randn(batch, seqlen_k, 2, 64).requires_grad_() for _ in "kv")
+    out, lse = flashcute.flash_attn_func(q, k, v, causal=True, return_lse=True, kernel=kernel)
+    assert out.shape == q.shape and not out.any() and (lse == -math.inf).all()
+    assert lse.shape == (batch, 4, seqlen_q) and lse.dtype == torch.float32
+    out.backward(torch.randn_like(out))
+    assert all(t.grad.shape == t.shape and not t.grad.any() for t in (q, k, v))
+
+
 def test_v_wider_than_the_kernels_take_is_refused():
     """v's head dim above q's head-dim bucket gets a clear error before any launch."""
     q, k = randn(1, 64, 2, 64), randn(1, 64, 2, 64)

@@ -63,6 +63,14 @@ def test_a_window_side_of_none_is_unbounded():
     assert not validate_attention_args(Q, KV, KV, window_size=[None, None]).has_mask
 
 
+@pytest.mark.parametrize("sizes", [(0, 3, 5), (2, 0, 5), (2, 3, 0)], ids=str)
+def test_an_empty_batch_or_length_is_a_call_with_nothing_to_compute(sizes):
+    batch, seqlen_q, seqlen_k = sizes
+    args = validate_attention_args(shaped(batch, seqlen_q, 4, 8), *(shaped(batch, seqlen_k, 2, 8) for _ in "kv"))
+    assert args.empty and (args.batch, args.seqlen_q, args.seqlen_k) == sizes
+    assert not validate_attention_args(Q, KV, KV).empty
+
+
 def test_top_left_alignment_has_no_offset():
     assert validate_attention_args(Q, KV, KV, causal_align="top_left").diagonal_offset == 0
 
@@ -87,13 +95,8 @@ SHAPE_ERRORS = [
         ValueError,
         "k must have 4 dimensions (batch, seqlen_k, nheads_k, headdim), got shape (2, 5, 2, 8, 1)",
     ),
-    ((shaped(0, 3, 4, 8), KV, KV), ValueError, "q.shape[0] (batch) must be >= 1 (empty inputs are rejected), got 0"),
-    ((shaped(2, 0, 4, 8), KV, KV), ValueError, "q.shape[1] (seqlen_q) must be >= 1"),
-    (
-        (Q, shaped(2, 0, 2, 8), shaped(2, 0, 2, 8)),
-        ValueError,
-        "k.shape[1] (seqlen_k) must be >= 1 (empty inputs are rejected), got 0",
-    ),
+    ((shaped(2, 3, 0, 8), KV, KV), ValueError, "q.shape[2] (nheads) must be >= 1, got 0"),
+    ((Q, shaped(2, 5, 0, 8), shaped(2, 5, 0, 8)), ValueError, "k.shape[2] (nheads_k) must be >= 1, got 0"),
     ((shaped(2, 3, 4, 0), KV, KV), ValueError, "q.shape[3] (headdim) must be >= 1"),
     ((Q, KV, shaped(2, 6, 2, 8)), ValueError, "v must have k's (batch, seqlen_k, nheads_k), (2, 5, 2), and any head"),
     ((Q, shaped(3, 5, 2, 8), shaped(3, 5, 2, 8)), ValueError, "k batch size (k.shape[0]) must equal q's (2), got 3"),

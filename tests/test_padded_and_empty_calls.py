@@ -1,6 +1,8 @@
-"""Head dims that are not multiples of 8 (the kernels' 16-byte rows): every entry runs them on zero-padded copies,
-as flash_attn does. On the CPU through the float64 stand-in launch (conftest's stand_in): what the launch sees and
-what the caller gets back. The GPU tests (test_fwd, test_bwd, test_varlen, test_kvcache_gpu) run the kernels."""
+"""Calls the kernels do not take as they are. Head dims that are not multiples of 8 (the kernels' 16-byte rows):
+every entry runs them on zero-padded copies, as flash_attn does. A batch or a length of 0: flash_attn_func returns
+without a launch (out empty, or O = 0 and LSE = -inf or the sink; zero gradients). On the CPU through the float64
+stand-in launch (conftest's stand_in, which also lets CPU tensors through): what the launch sees and what the
+caller gets back. The GPU tests (test_fwd, test_bwd, test_varlen, test_kvcache_gpu) run the kernels."""
 
 from __future__ import annotations
 
@@ -63,3 +65,29 @@ def test_flash_attn_varlen_func_launches_padded_copies(stand_in, head_dims):
     torch.testing.assert_close(lse[counted].float(), ref_lse[counted].float())
     (call,) = stand_in.calls
     assert call["q"].shape[-1] % 8 == 0 and call["v"].shape[-1] % 8 == 0
+
+
+@pytest.mark.parametrize("sizes", [(2, 3, 0), (0, 3, 5), (2, 0, 5)], ids=["no key", "no sequence", "no query"])
+@pytest.mark.parametrize("options", [{}, {"causal": True}, {"learnable_sink": True}, {"alibi_slopes": True}], ids=str)
+def test_an_empty_batch_or_length_launches_nothing(stand_in, sizes, options):
+    """Out and LSE of the spec in the kernels' dtypes, no launch, gradients of the inputs' shapes (zero)."""
+    batch, seqlen_q, seqlen_k = sizes
+    q = randn(batch, seqlen_q, 4, 16, seed=1).bfloat16().requires_grad_()
+    k, v = (randn(batch, seqlen_k, 2, 16, seed=s).bfloat16().requires_grad_() for s in (2, 3))
+    if "learnable_sink" in options:
+        options = {"learnable_sink": randn(4, seed=4).float().requires_grad_()}
+    if "alibi_slopes" in options:
+        options = {"alibi_slopes": randn(4, seed=5).abs().float(), "window_size": (2, 1)}
+    out, lse = flashcute.flash_attn_func(q, k, v, return_lse=True, **options)
+    ref_out, ref_lse = attention_ref(q, k, v, return_lse=True, **options)
+    assert not stand_in.calls
+    assert out.shape == (batch, seqlen_q, 4, 16) and out.dtype == torch.bfloat16 and not out.any()
+    assert lse.shape == (batch, 4, seqlen_q) and lse.dtype == torch.float32
+    assert torch.equal(lse, ref_lse.float())
+    assert torch.equal(out, ref_out.bfloat16())
+    out.sum().backward()
+    for t in (q, k, v, options.get("learnable_sink")):
+        if t is not None:
+            assert t.grad is not None and t.grad.shape == t.shape and not t.grad.any()
+    with pytest.raises(ValueError, match="kernel"):
+        flashcute.flash_attn_func(q, k, v, kernel="no-such-kernel")
