@@ -370,6 +370,11 @@ def _is_int(value: Any) -> bool:
     return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
+def _array_of_shape(value: Any, shape: tuple[int, ...]) -> bool:
+    """Whether ``value`` is a tensor or array (it has shape and tolist) of this shape."""
+    return hasattr(value, "tolist") and tuple(getattr(value, "shape", (-1,))) == shape
+
+
 def _is_real(value: Any) -> bool:
     return type(value) in (float, int) or (isinstance(value, numbers.Real) and not isinstance(value, bool))
 
@@ -399,9 +404,11 @@ def _check_causal_align(causal_align: Any) -> str:
 
 def _check_window(window_size: Any) -> tuple[int, int]:
     allowed = "a pair (window_left, window_right) of ints >= -1 (-1 or None = unbounded)"
-    if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2):
+    pair = window_size.tolist() if _array_of_shape(window_size, (2,)) else window_size  # (a tensor, as flash_attn)
+    if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
         raise TypeError(f"window_size must be {allowed}, got {window_size!r}")
-    sides = [-1 if side is None else side for side in window_size]  # None: flash-attn-4's unbounded side
+    # None: flash-attn-4's unbounded side; a 0-dim tensor or array: its value
+    sides = [-1 if side is None else side.tolist() if _array_of_shape(side, ()) else side for side in pair]
     if not all(_is_int(side) for side in sides):
         raise TypeError(f"window_size must be {allowed}, got {window_size!r}")
     if min(sides) < -1:

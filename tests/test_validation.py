@@ -63,6 +63,17 @@ def test_a_window_side_of_none_is_unbounded():
     assert not validate_attention_args(Q, KV, KV, window_size=[None, None]).has_mask
 
 
+@pytest.mark.parametrize(
+    "window_size",
+    [torch.tensor([3, 0]), np.array([3, 0]), (torch.tensor(3), np.int32(0)), (torch.tensor([3, 0])[0], 0)],
+    ids=["tensor", "array", "0-dim sides", "tensor elements"],
+)
+def test_a_window_may_be_a_tensor_or_array_of_two_ints(window_size):
+    """flash_attn's tests draw windows as torch.randint(0, seqlen_k, (2,))."""
+    args = validate_attention_args(Q, KV, KV, window_size=window_size)
+    assert (args.window_left, args.window_right) == (3, 0) and type(args.window_left) is int
+
+
 @pytest.mark.parametrize("sizes", [(0, 3, 5), (2, 0, 5), (2, 3, 0)], ids=str)
 def test_an_empty_batch_or_length_is_a_call_with_nothing_to_compute(sizes):
     batch, seqlen_q, seqlen_k = sizes
@@ -135,6 +146,8 @@ OPTION_ERRORS = [
     ("window_size", 3, TypeError, "got 3"),
     ("window_size", (1.0, 2), TypeError, "got (1.0, 2)"),
     ("window_size", (True, 0), TypeError, "got (True, 0)"),
+    ("window_size", torch.tensor([1.5, 2.0]), TypeError, "got tensor([1.5000, 2.0000])"),
+    ("window_size", torch.tensor([[1, 2]]), TypeError, "got tensor([[1, 2]])"),
     ("softcap", -1.0, ValueError, "must be a finite number >= 0 (0 = no softcap), got -1.0"),
     ("softcap", math.inf, ValueError, "got inf"),
     ("softcap", None, TypeError, "got None (NoneType)"),
