@@ -23,7 +23,6 @@ from flashcute.validation import (
     pads_head_dims,
     validate_attention_args,
     validate_cuda_inputs,
-    validate_pointers,
     validate_varlen_args,
     validate_varlen_values,
 )
@@ -76,9 +75,16 @@ def _run_forward(launch, q, k, v, out, lse, softmax_scale, diag_offset, softcap,
     """launch_fwd's launch, through a family's ``launch`` made for the call."""
     sink = None if learnable_sink is None else kernel_sink(learnable_sink)
     alibi = None if alibi_slopes is None else kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
-    if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:  # one test a call; validate_pointers names the tensor
-        validate_pointers(q=q, k=k, v=v)
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:  # (one test a call)
+        q, k, v = aligned_inputs(q, k, v)
     launch(q, k, v, out, lse, softmax_scale, diag_offset, DENSE, softcap, sink, alibi)
+
+
+def aligned_inputs(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The tensors, each one that does not start on a 16-byte boundary (the kernels' 128-bit loads) copied to one
+    that does: inputs the kernels only read, of any layout (validate_cuda_inputs), as PyTorch's attention takes
+    them. The copy happens where the kernels launch, on real tensors (fake ones, traced, have no address)."""
+    return tuple(t if t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.contiguous_format) for t in tensors)
 
 
 def kernel_sink(learnable_sink: torch.Tensor | None) -> torch.Tensor | None:
@@ -117,7 +123,7 @@ def _aligned_grad(dout: torch.Tensor) -> torch.Tensor:
     whatever layout the loss made, so one that does not fit is copied rather than refused."""
     strides = dout.stride()
     if strides[-1] != 1 or math.gcd(*strides[:-1]) % 8 or dout.data_ptr() % 16:
-        return dout.contiguous()
+        return dout.clone(memory_format=torch.contiguous_format)  # (contiguous() keeps a misaligned start)
     return dout
 
 
@@ -149,8 +155,8 @@ def backward_grads(
     dout = _aligned_grad(dout)
     name = None if kernel == "auto" else kernel
     family = registry.backward_family(q.device, name, q.shape[-1], deterministic, head_dim_v=v.shape[-1])
-    if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr() | dout.data_ptr()) % 16:
-        validate_pointers(q=q, k=k, v=v, out=out, dout=dout)  # names the tensor
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) % 16:  # (dout: _aligned_grad)
+        q, k, v, out = aligned_inputs(q, k, v, out)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     alibi = None if alibi_slopes is None else kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
     dq, dk, dv, delta = family.backward(dout, q, k, v, out, lse, *scalars, deterministic, softcap=softcap, alibi=alibi)
@@ -602,7 +608,7 @@ def varlen_outputs(
     scores["head_dim_v"] = v.shape[-1]
     scores["page_size"] = pages[1] if pages else 0
     launch = registry.forward_launcher(q.device, dtype_name(q), q.shape[-1], *window, name, True, **scores)
-    validate_pointers(q=q, k=k, v=v)
+    q, k, v = aligned_inputs(q, k, v)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     paged = {"pages": pages} if pages else {}
     launch(q[None], k[None], v[None], out[None], lse[None], softmax_scale, 0, packed, softcap, sink, alibi, **paged)
@@ -658,7 +664,7 @@ def launch_varlen_bwd(
     dout = _aligned_grad(dout)
     name = None if kernel == "auto" else kernel
     family = registry.backward_family(q.device, name, q.shape[-1], deterministic, True, v.shape[-1])
-    validate_pointers(q=q, k=k, v=v, out=out, dout=dout)
+    q, k, v, out = aligned_inputs(q, k, v, out)
     packed = _packed_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k)
     tensors = (t[None] for t in (dout, q, k, v, out, lse))
     alibi = kernel_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q.shape[1])

@@ -462,11 +462,22 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
 
     The kernels read 16-byte vectors, so every row (the last dim) must be contiguous and start on a 16-byte
     boundary: every other stride divisible by 16 bytes (and the data pointer, see `validate_pointers`). Strides
-    of size-1 dims never move a pointer, so misaligned ones there are replaced (a view, no copy).
+    of size-1 dims never move a pointer, so misaligned ones there are replaced (a view, no copy); a tensor whose
+    rows the kernels cannot read where they lie (a last stride other than 1, rows off 16 bytes) is returned as a
+    contiguous copy, as PyTorch's attention and flash-attn-4 take any layout.
     """
+    check_cuda_tensors({"q": q, "k": k, "v": v}, args)
+    if pads_head_dims(args) or q.numel() == 0 or k.numel() == 0:  # zero-padded copies (interface.pad_head_dims)
+        return q, k, v  # or no launch at all
+    return tuple(aligned_rows(name, t) for name, t in (("q", q), ("k", k), ("v", v)))
+
+
+def check_cuda_tensors(tensors: dict[str, Any], args: AttentionArgs) -> None:
+    """The types, devices, dtypes and head dims that the CUDA kernels take, of q, k, v (``tensors`` by the names
+    that errors give them, in that order)."""
     import torch
 
-    tensors = {"q": q, "k": k, "v": v}
+    q, k, v = tensors.values()
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -475,10 +486,11 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
         dtype = str(t.dtype).removeprefix("torch.")
         if dtype not in KERNEL_DTYPES:
             raise TypeError(f"{name} must have dtype float16 or bfloat16, got {t.dtype}")
+    names = ", ".join(list(tensors)[:2]) + " and " + list(tensors)[2]
     if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+        raise TypeError(f"{names} must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     if not q.device == k.device == v.device:
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
+        raise ValueError(f"{names} must be on one device, got {q.device}, {k.device} and {v.device}")
     if args.headdim > KERNEL_MAX_HEADDIM:
         raise ValueError(f"headdim must be at most {KERNEL_MAX_HEADDIM}, got {args.headdim}")
     if args.headdim_v != args.headdim:
@@ -488,9 +500,6 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
                 f"v's headdim (v.shape[3]) must be at most q's head-dim bucket ({bucket} for q's {args.headdim}) "
                 f"where it differs from q's, got {args.headdim_v}"
             )
-    if pads_head_dims(args) or q.numel() == 0 or k.numel() == 0:  # zero-padded copies (interface.pad_head_dims)
-        return q, k, v  # or no launch at all
-    return tuple(_aligned_rows(name, t) for name, t in tensors.items())
 
 
 def pads_head_dims(args: AttentionArgs) -> bool:
@@ -499,8 +508,13 @@ def pads_head_dims(args: AttentionArgs) -> bool:
     return (args.headdim | args.headdim_v) % 8 != 0
 
 
-def _aligned_rows(name: str, t: Any) -> Any:
+def aligned_rows(name: str, t: Any, copy: bool = True) -> Any:
+    """``t`` with rows the kernels read (validate_cuda_inputs' docstring): itself, a view where only
+    size-1 dims' strides are off, or else a contiguous copy; without ``copy`` (a tensor written in place) a
+    ValueError naming it."""
     if t.stride(-1) != 1:
+        if copy:
+            return t.contiguous()
         raise ValueError(f"{name} must have a contiguous last dim (stride 1), got strides {tuple(t.stride())}")
     elems = 16 // t.element_size()
     strides = list(t.stride())
@@ -508,6 +522,8 @@ def _aligned_rows(name: str, t: Any) -> Any:
         if strides[dim] % elems == 0:
             continue
         if size != 1:
+            if copy:
+                return t.contiguous()
             raise ValueError(
                 f"{name}.stride({dim}) must be a multiple of {elems} elements (16-byte aligned rows), "
                 f"got strides {tuple(t.stride())}"
@@ -517,7 +533,9 @@ def _aligned_rows(name: str, t: Any) -> Any:
 
 
 def validate_pointers(**tensors: Any) -> None:
-    """Every tensor must start on a 16-byte boundary (the kernels' 128-bit loads and stores).
+    """Every tensor must start on a 16-byte boundary (the kernels' 128-bit loads and stores): for the tensors
+    that the kernels write in place (a KV cache); inputs that are only read are copied instead
+    (interface.aligned_inputs).
 
     Called where the kernels are launched, on real tensors: under torch.compile the traced code sees fake
     tensors, which have no address.
@@ -775,6 +793,8 @@ def validate_kvcache_kernel_inputs(
     """What the CUDA kernels need of the tensors they may read where they lie (16-byte aligned rows, CUDA fp16 /
     bf16, head dim), checked before the cache is written, so that a call they cannot run changes
     nothing."""
-    validate_cuda_inputs(q, k_cache, v_cache, args.attention)  # (rows aligned, unless zero-padded copies are read)
-    if not pads_head_dims(args.attention):
-        validate_pointers(q=q, k_cache=k_cache, v_cache=v_cache)
+    check_cuda_tensors({"q": q, "k_cache": k_cache, "v_cache": v_cache}, args.attention)
+    if not pads_head_dims(args.attention):  # (zero-padded copies are read and written back otherwise)
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            aligned_rows(name, t, copy=False)
+        validate_pointers(k_cache=k_cache, v_cache=v_cache)

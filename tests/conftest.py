@@ -37,6 +37,7 @@ def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
     monkeypatch.setattr(prepost, "combine", combine_plainly)
     for module in (validation, interface):
         monkeypatch.setattr(module, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
+    monkeypatch.setattr(validation, "check_cuda_tensors", lambda tensors, args: None)
     for module in (splitkv, interface):
         monkeypatch.setattr(module, "num_sms", lambda device: 132)
     monkeypatch.setattr(registry, "reads_pages", lambda device, kernel, head_dim, head_dim_v, page_size: True)

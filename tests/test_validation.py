@@ -10,6 +10,7 @@ import torch
 
 from flashcute.validation import (
     AttentionArgs,
+    aligned_rows,
     validate_attention_args,
     validate_kvcache_args,
     validate_tile_sizes,
@@ -186,6 +187,29 @@ def test_tma_addressable_materializes_broadcast_dims_only():
     assert view.stride() == (4096, 64, 32, 1) and view.data_ptr() == one.data_ptr()
     sliced = torch.randn(2, 64, 3, 32)[:, :, 1:]
     assert tma_addressable(sliced) is sliced
+
+
+@pytest.mark.parametrize(
+    "make, kept",
+    [
+        (lambda: torch.zeros(2, 5, 4, 16, dtype=torch.bfloat16), "as is"),
+        (lambda: torch.zeros(2, 4, 5, 16, dtype=torch.bfloat16).transpose(1, 2), "as is"),
+        (lambda: torch.zeros(2, 1, 4, 16, dtype=torch.bfloat16).as_strided((2, 1, 4, 16), (64, 3, 16, 1)), "view"),
+        (lambda: torch.zeros(2, 5, 4, 32, dtype=torch.bfloat16)[..., ::2], "copy"),
+        (lambda: torch.zeros(2, 5, 4, 17, dtype=torch.bfloat16)[..., :16], "copy"),
+    ],
+    ids=["contiguous", "heads first", "size-1 dim", "last stride 2", "rows of 17"],
+)
+def test_aligned_rows_reads_in_place_where_it_can_and_copies_elsewhere(make, kept):
+    t = make()
+    rows = aligned_rows("q", t)
+    assert torch.equal(rows, t) and rows.stride(-1) == 1
+    assert all(stride % 8 == 0 for stride in rows.stride()[:-1])
+    assert (rows is t) == (kept == "as is")
+    assert (rows.data_ptr() == t.data_ptr()) == (kept != "copy")
+    if kept == "copy":  # a tensor the kernels write in place is refused instead
+        with pytest.raises(ValueError, match=r"k_cache(.stride\(\d\))? must"):
+            aligned_rows("k_cache", t, copy=False)
 
 
 # ---- packed variable-length batches ---------------------------------------------------------------------------
