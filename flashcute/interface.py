@@ -143,12 +143,14 @@ def backward_grads(
     softcap: float = 0.0,
     learnable_sink: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    dlse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The backward pass; returns (dq, dk, dv, dsink), the first three shaped like q, k, v, dsink like
     ``learnable_sink`` (None without). ``kernel``, ``softcap``, ``learnable_sink`` and ``alibi_slopes`` as in
     launch_fwd; a family whose backward does not cover the head dim or the deterministic mode hands it to the next
     one the device runs. The sinks change only the LSE that the backward reads, so its kernels are the same with or
-    without; the ALiBi slopes get no gradient (flash_attn's convention).
+    without; the ALiBi slopes get no gradient (flash_attn's convention). ``dlse``, shaped like lse: the gradient of
+    the returned LSE, where a loss uses it (prepost.preprocess: it joins through D).
 
     dQ is added across K/V tiles by fp32 atomics (or TMA reduce-adds) by default; ``deterministic`` computes it in
     a kernel that adds in a fixed order, bitwise reproducible."""
@@ -159,7 +161,8 @@ def backward_grads(
         q, k, v, out = aligned_inputs(q, k, v, out)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     alibi = None if alibi_slopes is None else kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
-    dq, dk, dv, delta = family.backward(dout, q, k, v, out, lse, *scalars, deterministic, softcap=softcap, alibi=alibi)
+    scores = {"softcap": softcap, "alibi": alibi, "dlse": dlse}
+    dq, dk, dv, delta = family.backward(dout, q, k, v, out, lse, *scalars, deterministic, **scores)
     return dq, dk, dv, None if learnable_sink is None else sink_grad(learnable_sink, lse, delta)
 
 
@@ -223,8 +226,9 @@ def _grads(q, k, v, learnable_sink):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
 
-def _bwd_fake(dout, q, k, v, out, lse, *scalars, softcap=0.0, learnable_sink=None, alibi_slopes=None):
-    """scalars: softmax_scale .. kernel, then softcap, learnable_sink and alibi_slopes where given by position."""
+def _bwd_fake(dout, q, k, v, out, lse, *scalars, softcap=0.0, learnable_sink=None, alibi_slopes=None, dlse=None):
+    """scalars: softmax_scale .. kernel, then softcap, learnable_sink, alibi_slopes and dlse where given by
+    position."""
     learnable_sink = scalars[7] if len(scalars) > 7 else learnable_sink
     return _grads(q, k, v, learnable_sink)
 
@@ -238,8 +242,8 @@ _define_op(
 )
 _define_op(
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, SymInt diag_offset, "
-    f"SymInt window_left, SymInt window_right, bool deterministic, str kernel, {_SCORES}) -> (Tensor, Tensor, "
-    "Tensor, Tensor)",
+    f"SymInt window_left, SymInt window_right, bool deterministic, str kernel, {_SCORES}, Tensor? dlse=None) -> "
+    "(Tensor, Tensor, Tensor, Tensor)",
     launch_bwd,
     _bwd_fake,
 )
@@ -263,14 +267,16 @@ class FlashAttention(torch.autograd.Function):
             out, lse = plan.forward(q, k, v, learnable_sink, alibi_slopes)
         ctx.save_for_backward(q, k, v, out, lse, learnable_sink, alibi_slopes)
         ctx.scalars = (*scalars[:4], deterministic, *scalars[4:])  # backward_grads' order
-        ctx.mark_non_differentiable(lse)  # as in flash_attn: LSE is returned for inspection, not differentiated
+        ctx.set_materialize_grads(False)  # an output no loss uses gets None: an unused LSE costs nothing
         return out, lse
 
     @staticmethod
-    def backward(ctx, dout, _dlse):
+    def backward(ctx, dout, dlse):
         q, k, v, out, lse, learnable_sink, alibi_slopes = ctx.saved_tensors
         backward = _OPS.bwd.default if torch.compiler.is_compiling() else backward_grads
-        dq, dk, dv, dsink = backward(dout, q, k, v, out, lse, *ctx.scalars, learnable_sink, alibi_slopes)
+        dout = torch.zeros_like(out) if dout is None else dout  # (a loss of the LSE alone)
+        scores = (learnable_sink, alibi_slopes, dlse)
+        dq, dk, dv, dsink = backward(dout, q, k, v, out, lse, *ctx.scalars, *scores)
         return dq, dk, dv, None if learnable_sink is None else dsink, None, None
 
 
@@ -316,7 +322,8 @@ def flash_attn_func(
     after the softcap (top-left alignment: -slope * |i - j|); the slopes are constants (no gradient), and not read
     on the host (a non-finite slope gives NaN outputs).
     Returns out (batch, seqlen_q, nheads, v's headdim), and with return_lse also
-    lse (batch, nheads, seqlen_q), float32, natural log (not differentiable). The backward adds dQ with fp32
+    lse (batch, nheads, seqlen_q), float32, natural log (differentiable, as flash-attn-4's: a loss may use it; an
+    unused LSE costs the backward nothing). The backward adds dQ with fp32
     atomics by default; ``deterministic=True`` computes dQ in a separate kernel that adds in a fixed order, so
     gradients are bitwise reproducible (slower). The forward is deterministic either way.
     ``kernel`` picks a kernel by name (see ``available_kernels``); the default picks the fastest for the device.
@@ -479,7 +486,7 @@ def _nothing_to_compute(q, k, v, return_lse: bool, softmax_scale: float, **optio
     from flashcute.reference.naive import attention_ref  # (the reference package imports this module)
 
     out, lse = attention_ref(q, k, v, softmax_scale, return_lse=True, **options)
-    out, lse = out.to(q.dtype), lse.detach().float()
+    out, lse = out.to(q.dtype), lse.float()
     return (out, lse) if return_lse else out
 
 
@@ -654,9 +661,10 @@ def launch_varlen_bwd(
     softcap: float = 0.0,
     learnable_sink: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    dlse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of a packed batch: (dq, dk, dv) shaped like q, k, v, rows outside every sequence 0, and dsink
-    as launch_bwd returns it."""
+    as launch_bwd returns it; ``dlse`` (nheads, total_q) as in backward_grads."""
     if q.shape[0] == 0 or k.shape[0] == 0 or cu_seqlens_q.shape[0] == 1 or 0 in (max_seqlen_q, max_seqlen_k):
         # no key anywhere: O = 0 in every row, so D = 0 and the sinks get no gradient either
         dsink = None if learnable_sink is None else torch.zeros_like(learnable_sink)
@@ -669,7 +677,7 @@ def launch_varlen_bwd(
     tensors = (t[None] for t in (dout, q, k, v, out, lse))
     alibi = kernel_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q.shape[1])
     scalars = (softmax_scale, 0, window_left, window_right, deterministic)
-    grads = family.backward(*tensors, *scalars, packed, softcap, alibi)
+    grads = family.backward(*tensors, *scalars, packed, softcap, alibi, None if dlse is None else dlse[None])
     dq, dk, dv, delta = (g[0] for g in grads)
     dsink = None if learnable_sink is None else sink_grad(learnable_sink, lse[None], delta[None])
     return dq, dk, dv, _or_empty(dsink, dq)
@@ -683,8 +691,9 @@ def _varlen_fwd_fake(q, k, v, *options, **scores):
 _SEQUENCES = "Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor? seqused_q, Tensor? seqused_k"
 
 
-def _varlen_bwd_fake(dout, q, k, v, out, lse, *scalars, softcap=0.0, learnable_sink=None, alibi_slopes=None):
-    """scalars: cu_seqlens_q .. kernel, then softcap, learnable_sink and alibi_slopes where given by position."""
+def _varlen_bwd_fake(dout, q, k, v, out, lse, *scalars, softcap=0.0, learnable_sink=None, alibi_slopes=None, dlse=None):
+    """scalars: cu_seqlens_q .. kernel, then softcap, learnable_sink, alibi_slopes and dlse where given by
+    position."""
     learnable_sink = scalars[12] if len(scalars) > 12 else learnable_sink
     return _grads(q, k, v, learnable_sink)
 
@@ -698,7 +707,7 @@ _define_op(
 _define_op(
     f"varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_SEQUENCES}, "
     "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, SymInt window_left, SymInt window_right, "
-    f"bool deterministic, str kernel, {_SCORES}) -> (Tensor, Tensor, Tensor, Tensor)",
+    f"bool deterministic, str kernel, {_SCORES}, Tensor? dlse=None) -> (Tensor, Tensor, Tensor, Tensor)",
     launch_varlen_bwd,
     _varlen_bwd_fake,
 )
@@ -716,14 +725,15 @@ class FlashAttentionVarlen(torch.autograd.Function):
         out, lse = forward(q, k, v, *sequences, *scalars, learnable_sink, alibi_slopes)
         ctx.save_for_backward(q, k, v, out, lse, *sequences, learnable_sink, alibi_slopes)
         ctx.scalars = (*scalars[:5], deterministic, *scalars[5:])  # launch_varlen_bwd's order
-        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # (as FlashAttention's)
         return out, lse
 
     @staticmethod
-    def backward(ctx, dout, _dlse):
+    def backward(ctx, dout, dlse):
         *saved, learnable_sink, alibi_slopes = ctx.saved_tensors
         backward = _OPS.varlen_bwd.default if torch.compiler.is_compiling() else launch_varlen_bwd
-        dq, dk, dv, dsink = backward(dout, *saved, *ctx.scalars, learnable_sink, alibi_slopes)
+        dout = torch.zeros_like(saved[3]) if dout is None else dout  # (saved[3]: out)
+        dq, dk, dv, dsink = backward(dout, *saved, *ctx.scalars, learnable_sink, alibi_slopes, dlse)
         return dq, dk, dv, None if learnable_sink is None else dsink, None, None, None
 
 

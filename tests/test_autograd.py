@@ -96,7 +96,7 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
 
     def fake_bwd(dout, q, k, v, out, lse, *scalars):
         calls.append(("bwd", scalars))
-        return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.full_like(scalars[-2], 3)
+        return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.full_like(scalars[-3], 3)
 
     monkeypatch.setattr(interface, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
     monkeypatch.setattr(interface, "_plans", {})  # plans made without the CUDA checks stay in this test
@@ -108,15 +108,44 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
     assert type(out.grad_fn).__name__ == "FlashAttentionBackward"
     out.float().sum().backward()
     # the family's launch for the window, kernel and cap, launched with the scale, the diagonal and the cap; then
-    # the backward with the forward's scalars; the sinks and the ALiBi slopes (none here) behind the scalars
+    # the backward with the forward's scalars; the sinks, the ALiBi slopes and the LSE's gradient (none here: no
+    # loss used the LSE) behind the scalars
     fwd = (0.5, 96 - 128, -1, 0, "auto", 3.0)
     assert [name for name, _ in calls] == ["lookup", "fwd", "bwd"]
     (_, lookup), (_, launch), (_, bwd) = calls
     assert lookup == (-1, 0, "auto", 3.0, sink, None)
     assert launch[:2] == (0.5, 96 - 128) and launch[3] == 3.0 and launch[4] is not None and launch[5] is None
-    assert bwd[:-2] == (*fwd[:4], False, *fwd[4:]) and bwd[-2:] == (sink, None)
+    assert bwd[:-3] == (*fwd[:4], False, *fwd[4:]) and bwd[-3:] == (sink, None, None)
     assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))
     assert torch.equal(v.grad, torch.zeros_like(v)) and torch.equal(sink.grad, torch.full_like(sink, 3))
+
+
+def test_the_lse_gradient_reaches_the_backward(monkeypatch):
+    """A loss of the returned LSE hands its gradient to the backward (as ``dlse``, D's share in
+    prepost.preprocess), and a loss of the LSE alone hands zeros for dO; a loss of out alone hands no dlse."""
+    from flashcute import interface
+
+    received = []
+
+    def fake_bwd(dout, q, k, v, out, lse, *scalars):
+        received.append((dout, scalars[-1]))
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None
+
+    stand_in_launches(monkeypatch)
+    monkeypatch.setattr(interface, "backward_grads", fake_bwd)
+    q, k, v = (torch.randn(1, 16, 2, 64, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv")
+    weight = torch.randn(1, 2, 16)
+    out, lse = flash_attn_func(q, k, v, return_lse=True)
+    assert lse.requires_grad
+    ((out.float() * 2).sum() + (lse * weight).sum()).backward()
+    out, lse = flash_attn_func(q, k, v, return_lse=True)
+    (lse * weight).sum().backward()
+    out, lse = flash_attn_func(q, k, v, return_lse=True)
+    out.float().sum().backward()
+    (dout, dlse), (dout_alone, dlse_alone), (_, no_dlse) = received
+    assert torch.equal(dout, torch.full_like(dout, 2)) and torch.equal(dlse, weight)
+    assert torch.equal(dout_alone, torch.zeros_like(dout_alone)) and torch.equal(dlse_alone, weight)
+    assert no_dlse is None
 
 
 def stand_in_launches(monkeypatch) -> list:
@@ -210,7 +239,8 @@ def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
     calls = stand_in_launches(monkeypatch)
     calls.clear()
 
-    def fake_bwd(dout, q, k, v, out, lse, *scalars, softcap, alibi):
+    def fake_bwd(dout, q, k, v, out, lse, *scalars, softcap, alibi, dlse):
+        assert dlse is None or not dlse.any()  # no loss used the LSE (the traced backward materializes zeros)
         calls.append(("bwd", (*scalars, softcap)))
         return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.ones_like(lse)
 

@@ -162,6 +162,60 @@ def test_rows_that_see_no_key_get_zero_gradients(kernel):
     check_grads(q, k, v, kernel=kernel, window_size=(0, 0), causal_align="top_left", causal=True)
 
 
+def lse_loss_grads(attend, q, k, v, g, w):
+    """dQ, dK, dV of sum(out * g) + sum(lse * w) for ``attend``(q, k, v) -> (out, lse)."""
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out, lse = attend(q, k, v)
+    loss = (out.double() * g.double()).sum() + (lse.double() * w.double()).sum()
+    return torch.autograd.grad(loss, (q, k, v))
+
+
+def same_precision_lse(q, k, v, **options):
+    """attention_same_precision's out, and the LSE of its scores in the inputs' dtype (a same-precision baseline of
+    the LSE's gradient)."""
+    group = q.shape[2] // k.shape[2]
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k.repeat_interleave(group, dim=2)) * q.shape[-1] ** -0.5
+    if options.get("causal"):
+        seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+        hidden = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device).triu(seqlen_k - seqlen_q + 1)
+        scores = scores.masked_fill(hidden, -torch.inf)
+    return attention_same_precision(q, k, v, **options), torch.logsumexp(scores, dim=-1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_loss_of_the_lse_differentiates_it(causal, deterministic, kernel):
+    """The returned LSE is differentiable (flash-attn-4's convention): a loss of out and LSE, and of the LSE alone
+    (dV then exactly 0), against float64 autograd through the spec, within the budget of a same-precision
+    baseline's error."""
+    q, k, v = randn(2, 200, 4, 128), randn(2, 333, 2, 128), randn(2, 333, 2, 128)
+    g, w = torch.randn_like(q), torch.randn(2, 4, 200, device="cuda")
+    options = {"causal": causal}
+    ours_fn = partial(flashcute.flash_attn_func, return_lse=True, deterministic=deterministic, kernel=kernel, **options)
+    spec_fn = partial(attention_ref, return_lse=True, **options)
+    for weight in (g, torch.zeros_like(g)):  # out and LSE; the LSE alone
+        ours = lse_loss_grads(ours_fn, q, k, v, weight, w)
+        base = lse_loss_grads(partial(same_precision_lse, **options), q, k, v, weight, w)
+        spec = lse_loss_grads(spec_fn, *(t.double() for t in (q, k, v)), weight.double(), w.double())
+        for name, ours_g, base_g, spec_g in zip(("dq", "dk", "dv"), ours, base, spec, strict=True):
+            err = (ours_g.double() - spec_g).abs().max().item()
+            base_err = (base_g.double() - spec_g).abs().max().item()
+            assert err <= 2 * base_err + 1e-3, f"{name}: max abs error {err:.3g} > 2 x baseline {base_err:.3g}"
+        if not weight.any():
+            assert not ours[2].any(), "dV of a loss of the LSE alone is 0"
+
+
+def test_an_unused_lse_changes_no_gradient(kernel):
+    """return_lse=True with a loss of out alone: the backward receives no LSE gradient, bitwise the same
+    gradients as without return_lse (deterministic)."""
+    q, k, v = randn(1, 130, 2, 64), randn(1, 257, 2, 64), randn(1, 257, 2, 64)
+    g = torch.randn_like(q)
+    run = {"deterministic": True, "kernel": kernel}
+    with_lse = grads(lambda *t: flashcute.flash_attn_func(*t, return_lse=True, **run)[0], q, k, v, g)
+    without = grads(lambda *t: flashcute.flash_attn_func(*t, **run), q, k, v, g)
+    assert all(torch.equal(a, b) for a, b in zip(with_lse, without, strict=True))
+
+
 @pytest.mark.parametrize("mask", MASKS, ids=str)
 @pytest.mark.parametrize("head_dim", [24, 64, 96, 128, 200])
 def test_deterministic_is_bitwise_reproducible_and_right(mask, head_dim, kernel):

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flashcute
-from flashcute.reference import attention_varlen_ref
+from flashcute.reference import attention_ref, attention_varlen_ref
 from tests.helpers import check_against_spec
-from tests.test_bwd import check_against_spec_grads
+from tests.test_bwd import check_against_spec_grads, lse_loss_grads, same_precision_lse
 
 pytestmark = pytest.mark.gpu
 
@@ -191,6 +191,30 @@ def test_v_with_a_head_dim_of_its_own(head_dims, kernel):
     sq, sk = slice(cq[1], cq[1] + used_q[1]), slice(ck[1], ck[2])  # sequence 1's counted rows and its keys
     ours = (leaves[0].grad[None, sq], leaves[1].grad[None, sk], leaves[2].grad[None, sk])
     check_against_spec_grads(ours, q[None, sq], k[None, sk], v[None, sk], dout[None, sq], causal=True)
+
+
+def test_a_loss_of_the_lse_differentiates_it(kernel):
+    """A loss of out and the packed LSE (nheads, total_q): a sequence's gradients against float64 autograd through
+    the spec on that sequence alone, within the budget of a same-precision baseline's error."""
+    lens_q, lens_k = [1, 200, 0, 77], [130, 64, 5, 300]
+    q = packed(sum(lens_q), 4, 64, torch.bfloat16, 1)
+    k, v = (packed(sum(lens_k), 2, 64, torch.bfloat16, seed) for seed in (2, 3))
+    g, w = torch.randn_like(q), torch.randn(4, sum(lens_q), device="cuda")
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    sequences = (cu_seqlens(lens_q), cu_seqlens(lens_k), 200, 300)
+    out, lse = flashcute.flash_attn_varlen_func(*leaves, *sequences, causal=True, return_lse=True, kernel=kernel)
+    ((out.double() * g.double()).sum() + (lse.double() * w.double()).sum()).backward()
+    cq, ck = starts(lens_q), starts(lens_k)
+    for b in (1, 3):
+        sq, sk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        one = (q[None, sq], k[None, sk], v[None, sk], g[None, sq], w[None, :, sq])
+        spec = lse_loss_grads(lambda *t: attention_ref(*t, causal=True, return_lse=True), *(t.double() for t in one))
+        base = lse_loss_grads(lambda *t: same_precision_lse(*t, causal=True), *one)
+        ours = (leaves[0].grad[sq], leaves[1].grad[sk], leaves[2].grad[sk])
+        for name, ours_g, base_g, spec_g in zip(("dq", "dk", "dv"), ours, base, spec, strict=True):
+            err = (ours_g.double() - spec_g[0]).abs().max().item()
+            base_err = (base_g[0].double() - spec_g[0]).abs().max().item()
+            assert err <= 2 * base_err + 1e-3, f"sequence {b} {name}: {err:.3g} > 2 x baseline {base_err:.3g}"
 
 
 def test_seqused_limits_each_sequence(kernel):

@@ -40,13 +40,21 @@ def preprocess(
     dq_accum: torch.Tensor | None,
     lse: torch.Tensor | None = None,
     lse_log2: torch.Tensor | None = None,
+    dlse: torch.Tensor | None = None,
 ) -> None:
     """``delta`` (batch, nheads, seqlen_q) float32, unit last stride, gets D = rowsum(dO * O) summed in float32, and
     ``dq_accum`` (float32, shaped like ``out``), when given, is zeroed in the same launch for the dQ atomics. With
     ``lse`` (batch, nheads, seqlen_q), ``lse_log2`` (shaped like ``delta``) gets LSE * log2(e), +inf where LSE =
-    -inf, and both may have more rows than seqlen_q: there D = 0 and LSE * log2(e) = +inf."""
+    -inf, and both may have more rows than seqlen_q: there D = 0 and LSE * log2(e) = +inf.
+
+    ``dlse`` (batch, nheads, seqlen_q): the gradient of the forward's LSE, where a loss uses it. LSE_i = log sum_j
+    exp(s_ij) gives dLSE_i / ds_ij = P_ij, so the score gradient P * (dP - D) + dlse * P is the kernels' with D
+    - dlse in place of D: one subtraction here, no kernel of its own (the sinks' gradient, -sum p_sink * D, takes
+    it alike)."""
     config = bwd_pre_config(out.shape[-1], dtype_name(out), dq_accum is not None, lse is not None)
     run_on_device(out.device, compiled(config, out.device, compile), out, dout, delta, dq_accum, lse, lse_log2)
+    if dlse is not None:
+        delta[..., : dlse.shape[-1]].sub_(dlse)
 
 
 def postprocess(dq_accum: torch.Tensor, dq: torch.Tensor, softmax_scale: float) -> None:

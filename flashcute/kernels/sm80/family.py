@@ -151,8 +151,10 @@ def backward(
     packed_args: tuple | None = None,
     softcap: float = 0.0,
     alibi: torch.Tensor | None = None,
+    dlse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O); the dK/dV kernel; dQ either from the same kernel's fp32
+    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O) (less ``dlse``, the LSE's gradient where a loss uses it:
+    prepost.preprocess); the dK/dV kernel; dQ either from the same kernel's fp32
     atomics into a buffer the preprocess zeroes, scaled and cast by the postprocess, or, deterministic, from the dQ
     kernel, which adds in a fixed order. ``packed_args``: a packed variable-length batch's (forward_launcher), the
     tensors shaped as its launches take them; the kernels' outputs are zeroed first, since they write no row that
@@ -167,7 +169,7 @@ def backward(
     new_accum = torch.empty_like if same_width else torch.zeros_like
     dq_accum = None if deterministic else new_accum(q, dtype=torch.float32, memory_format=contiguous)
     # the preprocess zeroes dq_accum with out's tiles, which cover it only where v's head dim is q's
-    prepost.preprocess(dout, out, delta, dq_accum if same_width else None)
+    prepost.preprocess(dout, out, delta, dq_accum if same_width else None, dlse=dlse)
     new_like = torch.empty_like if packed_args is None else torch.zeros_like
     dq = (new_like if deterministic else torch.empty_like)(q, memory_format=contiguous)  # (else: postprocess)
     dk, dv = new_like(k, memory_format=contiguous), new_like(v, memory_format=contiguous)

@@ -195,8 +195,10 @@ def backward(
     packed_args: tuple | None = None,
     softcap: float = 0.0,
     alibi: torch.Tensor | None = None,
+    dlse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O), dQaccum zeroed and LSE * log2(e) (+inf where a row saw
+    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O) (less ``dlse``, the LSE's gradient where a loss uses it:
+    prepost.preprocess), dQaccum zeroed and LSE * log2(e) (+inf where a row saw
     no key), D and LSE padded to whole Q tiles, which the kernel bulk-copies a tile at a time (D (batch, nheads,
     rows >= seqlen_q), 0 past seqlen_q); the Hopper kernel, which adds dQ by TMA reduce-adds of whole tiles; the
     postprocess scales dQ by softmax_scale and casts it. ``packed_args``: a packed variable-length batch's
@@ -218,7 +220,7 @@ def backward(
     if deterministic:  # zeroed before the preprocess, so that the kernel can follow the preprocess directly
         tiles = (stats_rows.rows if packed else rows) // config.block_m
         counters = torch.zeros((batch, nheads, tiles), dtype=torch.int32, device=q.device)
-    prepost.preprocess(dout, out, delta, dq_accum, lse, lse_log2)
+    prepost.preprocess(dout, out, delta, dq_accum, lse, lse_log2, dlse)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     new_like = torch.zeros_like if packed else torch.empty_like
     dk, dv = new_like(k, memory_format=torch.contiguous_format), new_like(v, memory_format=torch.contiguous_format)
