@@ -713,6 +713,22 @@ _define_op(
 )
 
 
+@torch.compiler.disable  # (eager: the launch reads the pages where they lie, which no op schema carries)
+def _paged_varlen(q, k, v, block_table, args, sequences, scalars, learnable_sink, alibi_slopes):
+    """flash_attn_varlen_func's forward over a paged cache (``block_table``): its pages read where they lie, or
+    gathered for a family that reads one packed tensor (kvcache.paged_keys)."""
+    from flashcute.kvcache import paged_keys  # (kvcache imports this module)
+
+    cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k = sequences
+    counts = cu_seqlens_k[1:] - cu_seqlens_k[:-1] if seqused_k is None else seqused_k
+    kernel = scalars[5]
+    keys, values, cu_rows, pages = paged_keys(
+        k, v, block_table, args.page_block_size, counts, None if kernel == "auto" else kernel
+    )
+    rows = (cu_seqlens_q, cu_rows, seqused_q, counts)
+    return varlen_outputs(q, keys, values, *rows, *scalars, learnable_sink, alibi_slopes, pages=pages)
+
+
 class FlashAttentionVarlen(torch.autograd.Function):
     """flash_attn_varlen_func's differentiable door, as FlashAttention is flash_attn_func's."""
 
@@ -757,6 +773,7 @@ def flash_attn_varlen_func(
     kernel: str | None = None,
     learnable_sink: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Exact attention over a packed batch of variable-length sequences, flash_attn's conventions; differentiable
     in q, k, v (and learnable_sink).
@@ -772,6 +789,10 @@ def flash_attn_varlen_func(
     out (total_q, nheads, v's headdim) and, with return_lse, lse (nheads, total_q) float32; rows past a seqused_q get O
     = 0 and LSE = -inf. ``validate=True`` also checks the sequence tensors' values (a host sync: off by default so
     that the call stays asynchronous and graph-capturable).
+    ``block_table`` (batch, max_num_blocks_per_seq) int32 (flash_attn's paged KV, inference only: no backward): k
+    and v are a cache's pages (num_blocks, page_block_size, nheads_k, headdim), and sequence b's keys are its first
+    cu_seqlens_k[b + 1] - cu_seqlens_k[b] positions (seqused_k[b] where given), position p in page
+    block_table[b, p // page_block_size] at row p % page_block_size.
     """
     args = validate_varlen_args(
         q,
@@ -789,6 +810,7 @@ def flash_attn_varlen_func(
         softcap,
         learnable_sink,
         alibi_slopes,
+        block_table,
     )
     for name, flag in (("deterministic", deterministic), ("return_lse", return_lse), ("validate", validate)):
         if not isinstance(flag, bool):
@@ -802,7 +824,7 @@ def flash_attn_varlen_func(
         sequences = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         options = {"causal": causal, "window_size": window_size, "softcap": softcap, "deterministic": deterministic}
         options |= {"seqused_q": seqused_q, "seqused_k": seqused_k, "validate": validate, "kernel": kernel}
-        options |= {"learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes}
+        options |= {"learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes, "block_table": block_table}
         return padded_call(flash_attn_varlen_func, q, k, v, return_lse, args.softmax_scale, *sequences, **options)
     if validate:
         validate_varlen_values(args, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
@@ -812,9 +834,17 @@ def flash_attn_varlen_func(
     scalars = (args.max_seqlen_q, args.max_seqlen_k, args.softmax_scale, *window, kernel or "auto", args.softcap)
     options = (*scalars, deterministic)
     sink, alibi = learnable_sink, alibi_slopes
-    if torch.is_grad_enabled() and (
+    needs_grad = torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
-    ):
+    )
+    if block_table is not None:
+        if needs_grad:
+            raise ValueError(
+                "block_table (paged keys) has no backward, as in flash_attn: call flash_attn_varlen_func with it "
+                "under torch.no_grad() or with inputs that do not require grad"
+            )
+        out, lse = _paged_varlen(q, k, v, block_table, args, sequences, scalars, sink, alibi)
+    elif needs_grad:
         out, lse = FlashAttentionVarlen.apply(q, k, v, sink, alibi, sequences, options)
     elif torch.compiler.is_compiling():
         out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars, sink, alibi)

@@ -286,6 +286,29 @@ def flash_attn_with_kvcache(
     return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()
 
 
+def paged_keys(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    page_size: int,
+    key_counts: torch.Tensor,
+    kernel: str | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple]:
+    """A paged cache's keys as the packed launch (interface.varlen_outputs) takes them, sequence b's first
+    key_counts[b] positions of its pages (block_table[b]): (keys, values, cu_seqlens_k, pages), sequence b's
+    positions numbered from b * capacity. The pages where they lie (``pages`` for the launch) where the family reads
+    them so, else each sequence's pages gathered into one copy (``pages`` empty)."""
+    batch, capacity = block_table.shape[0], block_table.shape[1] * page_size
+    cu_seqlens_k = splitkv.row_starts(batch + 1, capacity, block_table.device)
+    if _pages_in_place(k_cache, v_cache, kernel, page_size):
+        keys, values = (t.view(-1, *t.shape[2:]) for t in (k_cache, v_cache))
+        table = block_table if block_table.stride(1) == 1 else block_table.contiguous()  # (the kernels' layout)
+        return keys, values, cu_seqlens_k, (table, page_size, capacity)
+    keys, values = _gather_pages(k_cache, v_cache, block_table, page_size, None, key_counts)
+    keys, values = (t.view(batch * capacity, *t.shape[2:]) for t in (keys, values))
+    return keys, values, cu_seqlens_k, ()
+
+
 def _pages_in_place(k_cache: torch.Tensor, v_cache: torch.Tensor, kernel: str | None, page_size: int) -> bool:
     """Whether the forward that runs reads the pages where they lie (registry.reads_pages): as one tensor of rows,
     each cache's (pages, page_size) dims merged into one."""

@@ -165,7 +165,10 @@ class VarlenArgs:
     Sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, its keys the same rows of k and v
     by cu_seqlens_k; only the first seqused_q[b] / seqused_k[b] of them count where those are given. Masks align
     each sequence's diagonal bottom-right (flash_attn's convention): offset = its seqlen_k - its seqlen_q, which also
-    places each sequence's ALiBi distances. alibi_slopes (batch, nheads) index the sequences.
+    places each sequence's ALiBi distances. alibi_slopes (batch, nheads) index the sequences. With a block table
+    (``page_block_size`` not None), k and v are a cache's pages and sequence b's keys are its first
+    cu_seqlens_k[b + 1] - cu_seqlens_k[b] positions (or seqused_k[b]), up to ``capacity`` (its pages' rows), and
+    total_k is the pages' rows.
     """
 
     batch: int
@@ -184,6 +187,8 @@ class VarlenArgs:
     softcap: float
     learnable_sink: torch.Tensor | None = field(default=None, compare=False)
     alibi_slopes: torch.Tensor | None = field(default=None, compare=False)
+    page_block_size: int | None = None
+    capacity: int = 0
 
 
 VARLEN_Q_DIMS = ("total_q", "nheads", "headdim")
@@ -206,21 +211,28 @@ def validate_varlen_args(
     softcap: float = 0.0,
     learnable_sink: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    block_table: Any = None,
 ) -> VarlenArgs:
     """Check a packed batch's shapes, sequence tensors and options without reading device memory (no host sync; only
     alibi_slopes on the CPU, when given, are read, to check they are finite); `validate_varlen_values` checks the
-    values of the sequence tensors. Raises TypeError / ValueError naming the argument, the value given and what is
-    allowed."""
+    values of the sequence tensors. With ``block_table`` (batch, max_num_blocks_per_seq) int32, k and v are a
+    paged cache's (num_blocks, page_block_size, nheads_k, headdim) pages. Raises TypeError / ValueError naming the
+    argument, the value given and what is allowed."""
     total_q, nheads, headdim = _shape("q", q, VARLEN_Q_DIMS, empty_dims=1)
-    total_k, nheads_k, _ = k_shape = _shape("k", k, VARLEN_KV_DIMS, empty_dims=1)
-    v_shape = _shape("v", v, VARLEN_KV_DIMS, empty_dims=1)
-    if v_shape[:2] != k_shape[:2]:
-        raise ValueError(f"v must have k's (total_k, nheads_k), {k_shape[:2]}, and any head dim, got shape {v_shape}")
-    if k_shape[2] != headdim:
-        raise ValueError(f"k headdim (k.shape[2]) must equal q's ({headdim}), got {k_shape[2]}")
+    paged = block_table is not None
+    kv_dims = PAGED_CACHE_DIMS if paged else VARLEN_KV_DIMS
+    k_shape = _shape("k", k, kv_dims, empty_dims=0 if paged else 1)
+    v_shape = _shape("v", v, kv_dims, empty_dims=0 if paged else 1)
+    *rows, nheads_k, headdim_k = k_shape
+    layout = ", ".join(kv_dims[:-1])
+    if v_shape[:-1] != k_shape[:-1]:
+        raise ValueError(f"v must have k's ({layout}), {k_shape[:-1]}, and any head dim, got shape {v_shape}")
+    if headdim_k != headdim:
+        raise ValueError(f"k headdim (k.shape[{len(kv_dims) - 1}]) must equal q's ({headdim}), got {headdim_k}")
     if nheads % nheads_k != 0:
         raise ValueError(
-            f"k nheads_k (k.shape[1]) must divide q's nheads ({nheads}) for grouped-query attention, got {nheads_k}"
+            f"k nheads_k (k.shape[{len(kv_dims) - 2}]) must divide q's nheads ({nheads}) for grouped-query "
+            f"attention, got {nheads_k}"
         )
     batch = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q)
     if _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q) != batch:
@@ -230,28 +242,41 @@ def validate_varlen_args(
     for name, used in (("seqused_q", seqused_q), ("seqused_k", seqused_k)):
         if used is not None:
             _check_int32_vector(name, used, q, batch, "(batch,)")
+    max_k = _check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    pages = {}
+    if paged:
+        capacity = _check_block_table(block_table, q, batch) * rows[1]
+        if max_k > capacity:
+            raise ValueError(
+                f"max_seqlen_k ({max_k}) must be at most the pages a sequence has (block_table.shape[1] x "
+                f"page_block_size = {capacity})"
+            )
+        pages = {"page_block_size": rows[1], "capacity": capacity}
     return VarlenArgs(
         batch=batch,
         total_q=total_q,
-        total_k=total_k,
+        total_k=math.prod(rows),
         max_seqlen_q=_check_max_seqlen("max_seqlen_q", max_seqlen_q),
-        max_seqlen_k=_check_max_seqlen("max_seqlen_k", max_seqlen_k),
+        max_seqlen_k=max_k,
         nheads=nheads,
         nheads_k=nheads_k,
         headdim=headdim,
-        headdim_v=v_shape[2],
+        headdim_v=v_shape[-1],
         **_score_options(
             q, batch, nheads, headdim, softmax_scale, causal, window_size, softcap, learnable_sink, alibi_slopes
         ),
+        **pages,
     )
 
 
 def validate_varlen_values(args: VarlenArgs, cu_seqlens_q: Any, cu_seqlens_k: Any, seqused_q: Any, seqused_k: Any):
     """The checks that read the sequence tensors (one host sync): cu_seqlens start at 0, never decrease and end at
-    the packed tensors' totals; seqused within each sequence; max_seqlen at least every length that counts."""
+    the packed tensors' totals (a paged cache's keys: any total); seqused within each sequence; max_seqlen at least
+    every length that counts."""
+    total_k = None if args.page_block_size is not None else args.total_k
     for name, cu, total, used, used_name, longest, longest_name in (
         ("cu_seqlens_q", cu_seqlens_q, args.total_q, seqused_q, "seqused_q", args.max_seqlen_q, "max_seqlen_q"),
-        ("cu_seqlens_k", cu_seqlens_k, args.total_k, seqused_k, "seqused_k", args.max_seqlen_k, "max_seqlen_k"),
+        ("cu_seqlens_k", cu_seqlens_k, total_k, seqused_k, "seqused_k", args.max_seqlen_k, "max_seqlen_k"),
     ):
         values = cu.tolist()
         if values[0] != 0:
@@ -262,7 +287,7 @@ def validate_varlen_values(args: VarlenArgs, cu_seqlens_q: Any, cu_seqlens_k: An
             raise ValueError(
                 f"{name} must not decrease, got {name}[{b}] = {values[b]} > {name}[{b + 1}] = {values[b + 1]}"
             )
-        if values[-1] != total:
+        if total is not None and values[-1] != total:
             raise ValueError(f"{name}[-1] ({values[-1]}) must equal the packed tensor's total rows ({total})")
         if used is not None:
             counted = used.tolist()
