@@ -63,6 +63,7 @@ def flash_attn_with_kvcache(
     kernel: str | None = None,
     learnable_sink: torch.Tensor | None = None,
     alibi_slopes: torch.Tensor | None = None,
+    return_softmax_lse: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of q over a key/value cache, after appending new keys and values to it in place: one step of
     incremental decoding, with flash_attn 2's conventions (``flash_attn.flash_attn_with_kvcache``). CUDA fp16 /
@@ -124,7 +125,7 @@ def flash_attn_with_kvcache(
     captured in a CUDA graph and replayed after new values are copied into q, k, v and cache_seqlens.
 
     Returns out (batch, seqlen_q, nheads, v's headdim) and, with return_lse, lse (batch, nheads, seqlen_q) float32,
-    natural log (flash_attn's return_softmax_lse).
+    natural log; ``return_softmax_lse`` is flash_attn's name for return_lse, taken alike.
     """
     args = validate_kvcache_args(
         q,
@@ -147,7 +148,9 @@ def flash_attn_with_kvcache(
         return_lse,
         learnable_sink,
         alibi_slopes,
+        return_softmax_lse,
     )
+    return_lse = return_lse or return_softmax_lse
     validate_kvcache_kernel_inputs(q, k_cache, v_cache, args)
     if kernel is not None:
         if not isinstance(kernel, str):

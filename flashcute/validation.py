@@ -624,6 +624,7 @@ def validate_kvcache_args(
     return_lse: Any = False,
     learnable_sink: Any = None,
     alibi_slopes: Any = None,
+    return_softmax_lse: Any = False,
 ) -> KvcacheArgs:
     """Check flash_attn_with_kvcache's shapes, dtypes, devices and options without reading device memory (only
     alibi_slopes on the CPU, when given, are read, to check they are finite); raise
@@ -688,7 +689,8 @@ def validate_kvcache_args(
         _check_int32_vector("cache_leftpad", cache_leftpad, q, batch, "(batch,)")
     rotary_dim = _check_rotary(rotary_cos, rotary_sin, q, headdim, capacity, k is not None)
 
-    for name, flag in (("rotary_interleaved", rotary_interleaved), ("return_lse", return_lse)):
+    flags = (("rotary_interleaved", rotary_interleaved), ("return_lse", return_lse))
+    for name, flag in (*flags, ("return_softmax_lse", return_softmax_lse)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {flag!r} ({type(flag).__name__})")
     if not _is_int(num_splits) or num_splits < 0:

@@ -484,6 +484,17 @@ def test_returns_out_alone_without_return_lse(stand_in):
     assert torch.equal(out[0], torch.zeros_like(out[0])), "a sequence with no key gets O = 0"
 
 
+def test_return_softmax_lse_is_flash_attn_s_name_for_return_lse(stand_in):
+    q = torch.randn(2, 1, 2, 8, dtype=torch.float64)
+    cache = torch.randn(2, 4, 2, 8, dtype=torch.float64)
+    lengths = torch.tensor([3, 4], dtype=torch.int32)
+    out, lse = flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=lengths, return_softmax_lse=True)
+    expected = flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=lengths, return_lse=True)
+    assert torch.equal(out, expected[0]) and torch.equal(lse, expected[1])
+    with pytest.raises(TypeError, match="return_softmax_lse must be a bool"):
+        flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=lengths, return_softmax_lse=1)
+
+
 def test_exported_from_the_package():
     assert flashcute.flash_attn_with_kvcache is flash_attn_with_kvcache
     assert "flash_attn_with_kvcache" in flashcute.__all__
