@@ -305,9 +305,9 @@ def flash_attn_func(
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0;
     a batch or a length of 0 launches nothing. Head dims up to 256; one that is not a multiple of 8 runs on
-    zero-padded copies (as in flash_attn). v's head dim
-    may differ from q's and k's (DeepSeek-style (192, 128)): up to q's head-dim bucket (32, 64, 96, 128, 192, 256),
-    out then has v's.
+    zero-padded copies (as in flash_attn). v's head dim may differ from q's and k's (DeepSeek-style (192, 128)): up
+    to q's head-dim bucket (32, 64, 96, 128, 192, 256), out then has v's. Any layout: tensors whose rows the
+    kernels cannot read where they lie (validate_cuda_inputs) are read from a contiguous copy.
     softmax_scale defaults to 1/sqrt(headdim). causal=True masks keys j > i + seqlen_k - seqlen_q (bottom-right,
     flash_attn's convention) or, with causal_align="top_left", keys j > i (the seed's rule). window_size=(left,
     right) keeps keys within [i + offset - left, i + offset + right]; -1 (or None) means unbounded. A query that
@@ -713,6 +713,43 @@ _define_op(
 )
 
 
+def _dense_sides(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, return_lse,
+                 options):  # fmt: skip
+    """flash_attn_varlen_func with a dense side (cu_seqlens None): the dense batch as a packed one whose sequence b
+    is rows b * seqlen of it (views where the layout allows), out and LSE back in the dense layout for a dense q."""
+    dense_q = cu_seqlens_q is None
+    if dense_q:
+        batch, seqlen_q = _dense_sizes("q", q, "cu_seqlens_q", "(batch, seqlen_q, nheads, headdim)")
+        cu_seqlens_q = splitkv.row_starts(batch + 1, seqlen_q, q.device)
+        max_seqlen_q = seqlen_q if max_seqlen_q is None else max_seqlen_q
+        q = q.reshape(batch * seqlen_q, *q.shape[2:])
+    if cu_seqlens_k is None:
+        batch = cu_seqlens_q.shape[0] - 1
+        if options["block_table"] is None:
+            _, seqlen_k = _dense_sizes("k", k, "cu_seqlens_k", "(batch, seqlen_k, nheads_k, headdim)")
+            _dense_sizes("v", v, "cu_seqlens_k", "(batch, seqlen_k, nheads_k, headdim)")
+            k, v = (t.reshape(t.shape[0] * t.shape[1], *t.shape[2:]) for t in (k, v))
+        else:  # every sequence's pages' positions, seqused_k of them counted
+            seqlen_k = options["block_table"].shape[-1] * k.shape[1]
+        cu_seqlens_k = splitkv.row_starts(batch + 1, seqlen_k, q.device)
+        max_seqlen_k = seqlen_k if max_seqlen_k is None else max_seqlen_k
+    sequences = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    used = {"seqused_q": seqused_q, "seqused_k": seqused_k}
+    out, lse = flash_attn_varlen_func(q, k, v, *sequences, **options, **used, return_lse=True)
+    if dense_q:
+        out = out.view(batch, seqlen_q, *out.shape[1:])
+        lse = lse.view(lse.shape[0], batch, seqlen_q).transpose(0, 1).contiguous()
+    return (out, lse) if return_lse else out
+
+
+def _dense_sizes(name: str, t, cu_name: str, layout: str) -> tuple[int, int]:
+    """(batch, seqlen) of a dense side, after checking it is a 4-D tensor."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 4:
+        shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{name} must have shape {layout} when {cu_name} is None, got {shape}")
+    return t.shape[0], t.shape[1]
+
+
 @torch.compiler.disable  # (eager: the launch reads the pages where they lie, which no op schema carries)
 def _paged_varlen(q, k, v, block_table, args, sequences, scalars, learnable_sink, alibi_slopes):
     """flash_attn_varlen_func's forward over a paged cache (``block_table``): its pages read where they lie, or
@@ -757,10 +794,10 @@ def flash_attn_varlen_func(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    cu_seqlens_k: torch.Tensor,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
+    cu_seqlens_q: torch.Tensor | None,
+    cu_seqlens_k: torch.Tensor | None,
+    max_seqlen_q: int | None,
+    max_seqlen_k: int | None,
     softmax_scale: float | None = None,
     causal: bool = False,
     window_size: tuple[int, int] = (-1, -1),
@@ -793,7 +830,18 @@ def flash_attn_varlen_func(
     and v are a cache's pages (num_blocks, page_block_size, nheads_k, headdim), and sequence b's keys are its first
     cu_seqlens_k[b + 1] - cu_seqlens_k[b] positions (seqused_k[b] where given), position p in page
     block_table[b, p // page_block_size] at row p % page_block_size.
+    Either side may be a dense batch instead (flash-attn-4's form): cu_seqlens_q None takes q as (batch, seqlen_q,
+    nheads, headdim), every sequence seqlen_q rows (out then has q's layout and lse is (batch, nheads, seqlen_q));
+    cu_seqlens_k None takes k and v as (batch, seqlen_k, nheads_k, headdim), or a paged cache's pages of
+    block_table.shape[1] * page_block_size positions a sequence, each sequence's keys all of them or its
+    seqused_k; a max_seqlen of None is then that side's length.
     """
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        options = {"softmax_scale": softmax_scale, "causal": causal, "window_size": window_size, "softcap": softcap}
+        options |= {"deterministic": deterministic, "validate": validate, "kernel": kernel}
+        options |= {"learnable_sink": learnable_sink, "alibi_slopes": alibi_slopes, "block_table": block_table}
+        sides = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k)
+        return _dense_sides(q, k, v, *sides, return_lse, options)
     args = validate_varlen_args(
         q,
         k,

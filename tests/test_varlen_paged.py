@@ -103,6 +103,42 @@ def test_bad_paged_arguments_are_named(stand_in, change, error, message):
         flashcute.flash_attn_varlen_func(**call)
 
 
+def test_dense_sides_as_flash_attn_4_takes_them(stand_in):
+    """cu_seqlens_q None: q is (batch, seqlen_q, nheads, headdim), out likewise and lse (batch, nheads, seqlen_q);
+    cu_seqlens_k None: k and v dense (batch, seqlen_k, ...) or a paged cache's whole pages, seqused_k counted."""
+    generator = torch.Generator().manual_seed(11)
+    q = torch.randn(3, 2, 4, 8, generator=generator, dtype=torch.float64)
+    k, v = (torch.randn(3, 6, 2, 8, generator=generator, dtype=torch.float64) for _ in "kv")
+    used = torch.tensor([6, 0, 3], dtype=I32)
+    packed_q, rows_q = q.reshape(6, 4, 8), cu([2, 2, 2])
+    packed_k, packed_v = k.reshape(18, 2, 8), v.reshape(18, 2, 8)
+    expected = flashcute.flash_attn_varlen_func(
+        packed_q, packed_k, packed_v, rows_q, cu([6, 6, 6]), 2, 6, seqused_k=used, causal=True, return_lse=True
+    )
+    for sides in ((None, None, None, None), (rows_q, None, 2, None), (None, cu([6, 6, 6]), None, 6)):
+        dense_q = sides[0] is None
+        tensors = (q if dense_q else packed_q, *((k, v) if sides[1] is None else (packed_k, packed_v)))
+        out, lse = flashcute.flash_attn_varlen_func(*tensors, *sides, seqused_k=used, causal=True, return_lse=True)
+        if dense_q:
+            assert out.shape == q.shape and lse.shape == (3, 4, 2) and lse.is_contiguous()
+            out, lse = out.reshape(6, 4, 8), lse.transpose(0, 1).reshape(4, 6)
+        torch.testing.assert_close(out, expected[0], rtol=0, atol=0)
+        assert torch.equal(lse, expected[1])
+    (q_pages, k_pages, v_pages, table, _, _), (keys, values) = paged_problem([2, 2], [7, 3], 4, 2, seed=5)
+    full_pages = paged_problem([2, 2], [8, 8], 4, 2, seed=5)[0]
+    table = full_pages[3]  # every page of a sequence in use
+    out = flashcute.flash_attn_varlen_func(
+        q_pages.view(2, 2, 4, 8), k_pages, v_pages, None, None, None, None, seqused_k=torch.tensor([7, 3], dtype=I32),
+        block_table=table,
+    )  # fmt: skip
+    rows = [(table[b, p // 4].item(), p % 4) for b, n in enumerate([7, 3]) for p in range(n)]
+    keys, values = (torch.stack([t[r] for r in rows]) for t in (k_pages, v_pages))
+    ref = attention_varlen_ref(q_pages, keys, values, cu([2, 2]), cu([7, 3]))
+    torch.testing.assert_close(out.reshape(4, 4, 8), ref, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=re.escape("q must have shape (batch, seqlen_q, nheads, headdim) when")):
+        flashcute.flash_attn_varlen_func(packed_q, k, v, None, None, None, None)
+
+
 # ---- on the GPU ----------------------------------------------------------------------------------------------
 
 
@@ -125,3 +161,24 @@ def test_every_family_against_the_spec(page, options, kernel):
             continue
         sq, sk = slice(starts_q[b], starts_q[b + 1]), slice(starts_k[b], starts_k[b + 1])
         check_against_spec(out[None, sq], lse[None, :, sq], q[None, sq], keys[None, sk], values[None, sk], **options)
+
+
+@pytest.mark.gpu
+def test_decoding_rows_as_flash_attn_4_passes_them(kernel):
+    """A dense q of a few rows a sequence against a paged cache's pages, cu_seqlens None and seqused_k (flash-attn-4's
+    way of decoding through its varlen entry), causal, against the spec on each sequence's keys."""
+    lens_k, page = [700, 1, 300, 64], 64
+    to = {"device": "cuda", "dtype": torch.bfloat16}
+    (_, k, v, table, _, _), (keys, values) = paged_problem([3] * 4, lens_k, page, 11, 8, 2, 128, seed=1, **to)
+    q = torch.randn(4, 3, 8, 128, **to)
+    used = torch.tensor(lens_k, dtype=I32, device="cuda")
+    with torch.no_grad():
+        out, lse = flashcute.flash_attn_varlen_func(
+            q, k, v, None, None, None, None, seqused_k=used, block_table=table, causal=True, return_lse=True,
+            kernel=kernel,
+        )  # fmt: skip
+    assert out.shape == q.shape and lse.shape == (4, 8, 3)
+    starts = cu(lens_k).tolist()
+    for b in range(4):
+        sk = slice(starts[b], starts[b + 1])
+        check_against_spec(out[b : b + 1], lse[b : b + 1], q[b : b + 1], keys[None, sk], values[None, sk], causal=True)
