@@ -20,6 +20,7 @@ from flashcute.kernels import registry
 from flashcute.kernels.launch import DENSE, dtype_name, num_sms
 from flashcute.validation import (
     AttentionArgs,
+    aligned_rows,
     pads_head_dims,
     validate_attention_args,
     validate_cuda_inputs,
@@ -716,7 +717,15 @@ _define_op(
 def _dense_sides(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k, return_lse,
                  options):  # fmt: skip
     """flash_attn_varlen_func with a dense side (cu_seqlens None): the dense batch as a packed one whose sequence b
-    is rows b * seqlen of it (views where the layout allows), out and LSE back in the dense layout for a dense q."""
+    is rows b * seqlen of it (views where the layout allows), out and LSE back in the dense layout for a dense q.
+    Both sides dense without autograd (decoding, flash-attn-4's way) is flash_attn_with_kvcache's call without an
+    append, which splits the keys of a few query rows (splitkv.py)."""
+    if _decoding_call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, options):
+        from flashcute.kvcache import flash_attn_with_kvcache  # (kvcache imports this module)
+
+        names = ("softmax_scale", "causal", "window_size", "softcap", "kernel", "learnable_sink", "alibi_slopes")
+        cache = {"cache_seqlens": seqused_k, "block_table": options["block_table"]}
+        return flash_attn_with_kvcache(q, k, v, **cache, **{n: options[n] for n in names}, return_lse=return_lse)
     dense_q = cu_seqlens_q is None
     if dense_q:
         batch, seqlen_q = _dense_sizes("q", q, "cu_seqlens_q", "(batch, seqlen_q, nheads, headdim)")
@@ -740,6 +749,21 @@ def _dense_sides(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         out = out.view(batch, seqlen_q, *out.shape[1:])
         lse = lse.view(lse.shape[0], batch, seqlen_q).transpose(0, 1).contiguous()
     return (out, lse) if return_lse else out
+
+
+def _decoding_call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, options) -> bool:
+    """Whether a varlen call with dense sides is flash_attn_with_kvcache's (_dense_sides): both sides dense and
+    non-empty, no gradient, every query row counted, no value check asked, and k and v readable where they lie
+    (the cache entry refuses other layouts, which the packed path copies)."""
+    tensors = (q, k, v)
+    if cu_seqlens_q is not None or cu_seqlens_k is not None or seqused_q is not None or options["validate"]:
+        return False
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.numel() for t in tensors):
+        return False
+    sink = options["learnable_sink"]
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*tensors, sink)):
+        return False
+    return all(aligned_rows(name, t) is t and t.data_ptr() % 16 == 0 for name, t in (("k", k), ("v", v)))
 
 
 def _dense_sizes(name: str, t, cu_name: str, layout: str) -> tuple[int, int]:
