@@ -39,7 +39,8 @@ def unpad_input(
     indices = kept.flatten().nonzero().flatten()
     cu_seqlens = F.pad(seqlens.cumsum(dim=0, dtype=torch.int32), (1, 0))
     packed = hidden_states.flatten(0, 1).index_select(0, indices)
-    return packed, indices, cu_seqlens, int(seqlens.max()), used.sum(dim=-1, dtype=torch.int32)
+    max_seqlen = int(seqlens.max()) if seqlens.numel() else 0  # (a batch of no sequence has none)
+    return packed, indices, cu_seqlens, max_seqlen, used.sum(dim=-1, dtype=torch.int32)
 
 
 def pad_input(hidden_states: torch.Tensor, indices: torch.Tensor, batch: int, seqlen: int) -> torch.Tensor:

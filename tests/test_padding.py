@@ -98,6 +98,8 @@ def test_all_padding_batch():
     assert packed.shape == (0, 3) and indices.numel() == 0
     assert cu_seqlens.tolist() == [0, 0, 0] and max_seqlen == 0 and seqused.tolist() == [0, 0]
     assert torch.equal(pad_input(packed, indices, 2, 4), torch.zeros(2, 4, 3))
+    packed, indices, cu_seqlens, max_seqlen, seqused = unpad_input(torch.randn(0, 4, 3), mask[:0])
+    assert packed.shape == (0, 3) and cu_seqlens.tolist() == [0] and max_seqlen == 0 and seqused.numel() == 0
 
 
 def test_gradients_flow_through_unpad_and_pad():
