@@ -758,6 +758,8 @@ def _decoding_call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, options) -> b
     tensors = (q, k, v)
     if cu_seqlens_q is not None or cu_seqlens_k is not None or seqused_q is not None or options["validate"]:
         return False
+    if torch.compiler.is_compiling():  # (the cache entry is eager; traced tensors have no address)
+        return False
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.numel() for t in tensors):
         return False
     sink = options["learnable_sink"]
