@@ -729,7 +729,7 @@ def _dense_sides(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     dense_q = cu_seqlens_q is None
     if dense_q:
         batch, seqlen_q = _dense_sizes("q", q, "cu_seqlens_q", "(batch, seqlen_q, nheads, headdim)")
-        cu_seqlens_q = splitkv.row_starts(batch + 1, seqlen_q, q.device)
+        cu_seqlens_q = _row_starts(batch + 1, seqlen_q, q.device)
         max_seqlen_q = seqlen_q if max_seqlen_q is None else max_seqlen_q
         q = q.reshape(batch * seqlen_q, *q.shape[2:])
     if cu_seqlens_k is None:
@@ -740,7 +740,7 @@ def _dense_sides(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
             k, v = (t.reshape(t.shape[0] * t.shape[1], *t.shape[2:]) for t in (k, v))
         else:  # every sequence's pages' positions, seqused_k of them counted
             seqlen_k = options["block_table"].shape[-1] * k.shape[1]
-        cu_seqlens_k = splitkv.row_starts(batch + 1, seqlen_k, q.device)
+        cu_seqlens_k = _row_starts(batch + 1, seqlen_k, q.device)
         max_seqlen_k = seqlen_k if max_seqlen_k is None else max_seqlen_k
     sequences = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     used = {"seqused_q": seqused_q, "seqused_k": seqused_k}
@@ -766,6 +766,13 @@ def _decoding_call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, options) -> b
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*tensors, sink)):
         return False
     return all(aligned_rows(name, t) is t and t.data_ptr() % 16 == 0 for name, t in (("k", k), ("v", v)))
+
+
+def _row_starts(count: int, rows: int, device) -> torch.Tensor:
+    """int32 (count,): b * rows, made once (splitkv.row_starts) or, traced, in the graph."""
+    if torch.compiler.is_compiling():
+        return torch.arange(0, count * rows, rows, dtype=torch.int32, device=device)
+    return splitkv.row_starts(count, rows, device)
 
 
 def _dense_sizes(name: str, t, cu_name: str, layout: str) -> tuple[int, int]:
