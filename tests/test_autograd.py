@@ -71,6 +71,24 @@ def test_torch_compile_traces_one_graph(fake_mode):
     assert torch.ops.flashcute.fwd.default in ops
 
 
+def test_a_loss_of_the_lse_traces_one_graph(fake_mode):
+    """fullgraph=True with the returned LSE in the loss (differentiable LSE, set_materialize_grads(False))."""
+    graphs = []
+
+    def capture(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    def model(q, k, v):
+        out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
+        return out.float().mean() + lse.mean()
+
+    with fake_mode:
+        q, k, v = (fake_cuda(fake_mode, 2, n, 4, 64) for n in (128, 96, 96))
+        torch.compile(model, fullgraph=True, backend=capture)(q, k, v)
+    assert len(graphs) == 1
+
+
 def test_gradcheck_of_the_spec():
     """The spec's own gradient, which the backward kernel is held to, agrees with finite differences."""
     q, k, v = (torch.randn(1, 5, 2, 8, dtype=torch.float64, requires_grad=True) for _ in "qkv")
