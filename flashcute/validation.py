@@ -486,7 +486,7 @@ def validate_cuda_inputs(q: Any, k: Any, v: Any, args: AttentionArgs) -> tuple[A
     """Check what the CUDA kernels need beyond `validate_attention_args`; return q, k, v ready to launch.
 
     The kernels read 16-byte vectors, so every row (the last dim) must be contiguous and start on a 16-byte
-    boundary: every other stride divisible by 16 bytes (and the data pointer, see `validate_pointers`). Strides
+    boundary: every other stride divisible by 16 bytes (and the data pointer: interface.aligned_inputs). Strides
     of size-1 dims never move a pointer, so misaligned ones there are replaced (a view, no copy); a tensor whose
     rows the kernels cannot read where they lie (a last stride other than 1, rows off 16 bytes) is returned as a
     contiguous copy, as PyTorch's attention and flash-attn-4 take any layout.
