@@ -119,13 +119,10 @@ def sink_grad(learnable_sink: torch.Tensor, lse: torch.Tensor, delta: torch.Tens
     return -(p * delta[..., : lse.shape[-1]]).sum(dim=(0, 2)).to(learnable_sink.dtype)
 
 
-def _aligned_grad(dout: torch.Tensor) -> torch.Tensor:
-    """The output gradient as the kernels read it (a unit last stride, 16-byte aligned rows): autograd hands over
-    whatever layout the loss made, so one that does not fit is copied rather than refused."""
-    strides = dout.stride()
-    if strides[-1] != 1 or math.gcd(*strides[:-1]) % 8 or dout.data_ptr() % 16:
-        return dout.clone(memory_format=torch.contiguous_format)  # (contiguous() keeps a misaligned start)
-    return dout
+def readable(name: str, t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the kernels read it, rows and start (validation.aligned_rows, aligned_inputs): itself where it fits,
+    else a copy; for a tensor whose layout no signature fixed (autograd's dO, a KV cache call's q)."""
+    return aligned_inputs(aligned_rows(name, t))[0]
 
 
 def backward_grads(
@@ -155,10 +152,10 @@ def backward_grads(
 
     dQ is added across K/V tiles by fp32 atomics (or TMA reduce-adds) by default; ``deterministic`` computes it in
     a kernel that adds in a fixed order, bitwise reproducible."""
-    dout = _aligned_grad(dout)
+    dout = readable("dout", dout)  # (autograd hands over whatever layout the loss made)
     name = None if kernel == "auto" else kernel
     family = registry.backward_family(q.device, name, q.shape[-1], deterministic, head_dim_v=v.shape[-1])
-    if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) % 16:  # (dout: _aligned_grad)
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) % 16:  # (dout: readable)
         q, k, v, out = aligned_inputs(q, k, v, out)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     alibi = None if alibi_slopes is None else kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
@@ -670,7 +667,7 @@ def launch_varlen_bwd(
         # no key anywhere: O = 0 in every row, so D = 0 and the sinks get no gradient either
         dsink = None if learnable_sink is None else torch.zeros_like(learnable_sink)
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), _or_empty(dsink, q)
-    dout = _aligned_grad(dout)
+    dout = readable("dout", dout)  # (autograd hands over whatever layout the loss made)
     name = None if kernel == "auto" else kernel
     family = registry.backward_family(q.device, name, q.shape[-1], deterministic, True, v.shape[-1])
     q, k, v, out = aligned_inputs(q, k, v, out)
@@ -729,7 +726,7 @@ def _dense_sides(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     dense_q = cu_seqlens_q is None
     if dense_q:
         batch, seqlen_q = _dense_sizes("q", q, "cu_seqlens_q", "(batch, seqlen_q, nheads, headdim)")
-        cu_seqlens_q = _row_starts(batch + 1, seqlen_q, q.device)
+        cu_seqlens_q = splitkv.row_starts(batch + 1, seqlen_q, q.device)
         max_seqlen_q = seqlen_q if max_seqlen_q is None else max_seqlen_q
         q = q.reshape(batch * seqlen_q, *q.shape[2:])
     if cu_seqlens_k is None:
@@ -740,7 +737,7 @@ def _dense_sides(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
             k, v = (t.reshape(t.shape[0] * t.shape[1], *t.shape[2:]) for t in (k, v))
         else:  # every sequence's pages' positions, seqused_k of them counted
             seqlen_k = options["block_table"].shape[-1] * k.shape[1]
-        cu_seqlens_k = _row_starts(batch + 1, seqlen_k, q.device)
+        cu_seqlens_k = splitkv.row_starts(batch + 1, seqlen_k, q.device)
         max_seqlen_k = seqlen_k if max_seqlen_k is None else max_seqlen_k
     sequences = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     used = {"seqused_q": seqused_q, "seqused_k": seqused_k}
@@ -766,13 +763,6 @@ def _decoding_call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, options) -> b
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*tensors, sink)):
         return False
     return all(aligned_rows(name, t) is t and t.data_ptr() % 16 == 0 for name, t in (("k", k), ("v", v)))
-
-
-def _row_starts(count: int, rows: int, device) -> torch.Tensor:
-    """int32 (count,): b * rows, made once (splitkv.row_starts) or, traced, in the graph."""
-    if torch.compiler.is_compiling():
-        return torch.arange(0, count * rows, rows, dtype=torch.int32, device=device)
-    return splitkv.row_starts(count, rows, device)
 
 
 def _dense_sizes(name: str, t, cu_name: str, layout: str) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from flashcute import interface, splitkv
 from flashcute.kernels import registry
-from flashcute.validation import aligned_rows, pads_head_dims, validate_kvcache_args, validate_kvcache_kernel_inputs
+from flashcute.validation import pads_head_dims, validate_kvcache_args, validate_kvcache_kernel_inputs
 
 
 def apply_rotary(
@@ -169,7 +169,7 @@ def flash_attn_with_kvcache(
             v_cache.copy_(v_padded[..., : v_cache.shape[-1]])
         out = out[..., : v_cache.shape[-1]]
         return (out, lse) if return_lse else out
-    q = interface.aligned_inputs(aligned_rows("q", q))[0]  # (a layout the kernels cannot read: a copy)
+    q = interface.readable("q", q)
     batch, seqlen_q, nheads, headdim = q.shape
     nheads_k, capacity, device = k_cache.shape[2], args.capacity, q.device
     if cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor):

@@ -276,8 +276,10 @@ def indices(count: int, device) -> torch.Tensor:
 
 
 def _constant(key: tuple, make, dtype: torch.dtype = torch.int32) -> torch.Tensor:
-    """The tensor ``make()`` gives, as ``dtype``, made once per key (not kept while a CUDA graph is captured);
-    callers never write it."""
+    """The tensor ``make()`` gives, as ``dtype``, made once per key (not kept while a CUDA graph is captured, and
+    made in the graph where torch.compile traces the caller); callers never write it."""
+    if torch.compiler.is_compiling():
+        return make().to(dtype)
     t = _constants.get(key)
     if t is None:
         t = make().to(dtype)

@@ -167,8 +167,8 @@ class VarlenArgs:
     each sequence's diagonal bottom-right (flash_attn's convention): offset = its seqlen_k - its seqlen_q, which also
     places each sequence's ALiBi distances. alibi_slopes (batch, nheads) index the sequences. With a block table
     (``page_block_size`` not None), k and v are a cache's pages and sequence b's keys are its first
-    cu_seqlens_k[b + 1] - cu_seqlens_k[b] positions (or seqused_k[b]), up to ``capacity`` (its pages' rows), and
-    total_k is the pages' rows.
+    cu_seqlens_k[b + 1] - cu_seqlens_k[b] positions (or seqused_k[b]), up to its pages' rows, and total_k is the
+    pages' rows.
     """
 
     batch: int
@@ -188,7 +188,6 @@ class VarlenArgs:
     learnable_sink: torch.Tensor | None = field(default=None, compare=False)
     alibi_slopes: torch.Tensor | None = field(default=None, compare=False)
     page_block_size: int | None = None
-    capacity: int = 0
 
 
 VARLEN_Q_DIMS = ("total_q", "nheads", "headdim")
@@ -251,7 +250,7 @@ def validate_varlen_args(
                 f"max_seqlen_k ({max_k}) must be at most the pages a sequence has (block_table.shape[1] x "
                 f"page_block_size = {capacity})"
             )
-        pages = {"page_block_size": rows[1], "capacity": capacity}
+        pages = {"page_block_size": rows[1]}
     return VarlenArgs(
         batch=batch,
         total_q=total_q,
@@ -511,11 +510,10 @@ def check_cuda_tensors(tensors: dict[str, Any], args: AttentionArgs) -> None:
         dtype = str(t.dtype).removeprefix("torch.")
         if dtype not in KERNEL_DTYPES:
             raise TypeError(f"{name} must have dtype float16 or bfloat16, got {t.dtype}")
-    names = ", ".join(list(tensors)[:2]) + " and " + list(tensors)[2]
     if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"{names} must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+        raise TypeError(f"{_names(tensors)} must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     if not q.device == k.device == v.device:
-        raise ValueError(f"{names} must be on one device, got {q.device}, {k.device} and {v.device}")
+        raise ValueError(f"{_names(tensors)} must be on one device, got {q.device}, {k.device} and {v.device}")
     if args.headdim > KERNEL_MAX_HEADDIM:
         raise ValueError(f"headdim must be at most {KERNEL_MAX_HEADDIM}, got {args.headdim}")
     if args.headdim_v != args.headdim:
@@ -525,6 +523,12 @@ def check_cuda_tensors(tensors: dict[str, Any], args: AttentionArgs) -> None:
                 f"v's headdim (v.shape[3]) must be at most q's head-dim bucket ({bucket} for q's {args.headdim}) "
                 f"where it differs from q's, got {args.headdim_v}"
             )
+
+
+def _names(tensors: dict[str, Any]) -> str:
+    """ "q, k and v", by the names the tensors go by."""
+    first, second, third = tensors
+    return f"{first}, {second} and {third}"
 
 
 def pads_head_dims(args: AttentionArgs) -> bool:
