@@ -12,8 +12,8 @@ then claims the next tile in this order from a global counter as it finishes one
 across blocks that run at different speeds.
 The Hopper backward orders its (n_block, kv head, batch) tiles with the same tile_coords, n_block counted from
 the first: there the first K/V tiles are seen by the most Q tiles. Its deterministic kernels without a mask also
-rotate each K/V tile's walk over the Q tiles (rotated_place), so that the K/V tiles of a head, which start side by
-side, do not all queue for the same Q tile's dQ.
+rotate each K/V tile's walk over the Q tiles (rotated_place) where a head's K/V tiles all run at once, so that
+they, which start side by side, do not all queue for the same Q tile's dQ.
 Plain Python arithmetic, like TileInfo: Int32 values in a kernel, ints in tests/test_scheduler.py.
 """
 
@@ -89,14 +89,22 @@ def _pick(cond, if_true, if_false):
 
 
 ROTATION_SPAN = 32
-"""K/V tiles whose walks rotate together in the deterministic backward: every Hopper GPU holds 32 of its thread
-blocks at once (one an SM), so the tiles of a span, which wait for each other, are all running (with 128-key tiles
-a span is a whole head up to 4k keys)."""
+"""The most K/V tiles of a head whose walks rotate in the deterministic backward: every Hopper GPU holds 32 of its
+thread blocks at once (one an SM), so a head's tiles, which wait for each other, are all running (with 128-key
+tiles a head up to 4k keys). A head with more walks its tiles from the first Q tile in launch order, which keeps
+them a step apart instead (tests/test_scheduler.py steps both: rotated spans that wait for one another take up to
+3x as long)."""
 
 
-def rotation(n_block, num_m_blocks):
-    """Where K/V tile n_block's walk starts among its num_m_blocks Q tiles (> 0): its place in its span, wrapped."""
-    return n_block % ROTATION_SPAN % num_m_blocks
+def rotates(num_n_blocks):
+    """Whether a head of num_n_blocks K/V tiles rotates its walks (ROTATION_SPAN)."""
+    return num_n_blocks <= ROTATION_SPAN
+
+
+def rotation(n_block, num_m_blocks, num_n_blocks):
+    """Where K/V tile n_block's walk starts among its num_m_blocks Q tiles (> 0): its place among the head's
+    num_n_blocks tiles, wrapped, or the first Q tile where the head does not rotate."""
+    return _pick(rotates(num_n_blocks), n_block % num_m_blocks, 0)
 
 
 def rotated(r, start, num_m_blocks):
@@ -106,22 +114,17 @@ def rotated(r, start, num_m_blocks):
 
 
 def rotated_place(n_block, m_block, num_n_blocks, num_m_blocks):
-    """K/V tile n_block's place among the num_n_blocks that add into Q tile m_block's dQ (of num_m_blocks, > 0),
-    when every tile walks the Q tiles from its rotation on: the spans in launch order, inside a span in the order
-    the walks reach the Q tile when they step together (then by n_block), so a tile waits only for tiles of its own
-    span, running beside it, or of spans launched before it.
+    """K/V tile n_block's place among the num_n_blocks that add into Q tile m_block's dQ (of num_m_blocks, > 0)
+    when every tile walks the Q tiles from its rotation on: in the order the walks reach the Q tile when they step
+    together (then by n_block); where the head does not rotate, n_block (launch order).
 
-    Inside a span of n tiles (the last may be short), tile l reaches Q tile u at step d(l) = (u - l) mod M; its
-    place counts the tiles that reach u at an earlier step, n // M a step plus one for each of the n % M residues
-    (u - e) mod M, e < d(l), below n % M, and those that reach it at the same step with a lower n_block."""
-    m = num_m_blocks
-    span = n_block // ROTATION_SPAN
-    first = span * ROTATION_SPAN
-    n = cutlass.min(num_n_blocks - first, ROTATION_SPAN)
-    local = n_block - first
-    d = (m_block - local % m + m) % m
+    Tile l reaches Q tile u at step d(l) = (u - l) mod M; its place counts the tiles that reach u at an earlier
+    step, N // M a step plus one for each of the N % M residues (u - e) mod M, e < d(l), below N % M, and those that
+    reach it at the same step with a lower n_block."""
+    m, n = num_m_blocks, num_n_blocks
+    d = (m_block - n_block % m + m) % m
     full, rest = n // m, n % m
     # residues u, u - 1, ..., u - d + 1 (mod m) below rest: [u - d + 1, u] without wrapping, [m + u - d + 1, m) after
     low = cutlass.max(cutlass.min(m_block + 1, rest) - cutlass.max(m_block - d + 1, 0), 0)
     wrapped = cutlass.max(rest - (m + m_block - d + 1), 0)
-    return first + full * d + low + wrapped + local // m
+    return _pick(rotates(n), full * d + low + wrapped + n_block // m, n_block)

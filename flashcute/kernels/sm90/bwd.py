@@ -108,7 +108,7 @@ class FlashAttentionBackwardSm90:
         self.dq_cols = config.head_dim_padded if config.dq_split_rows else config.head_dim_padded // 2
         # deterministic without a mask: each K/V tile walks the Q tiles from its own start (scheduler.rotation), so
         # that the K/V tiles of a head, which see the same Q tiles and start side by side, do not queue for each
-        # Q tile's dQ one after another
+        # Q tile's dQ one after another (where a head's tiles all run at once: scheduler.ROTATION_SPAN)
         self.rotates = config.deterministic and not (config.mask_right or config.mask_left)
 
     @classmethod
@@ -382,6 +382,7 @@ class FlashAttentionBackwardSm90:
             # the sequence's rows of LSE and D start on a whole Q tile, padded_stats_offset (family.py)
             stats_offset = (seq.offset_q + batch_idx * self.block_m) // self.block_m * self.block_m
         qheads_per_kvhead = mQ.shape[2] // nheads_k
+        _, keys_tiles = tile_info.n_block_range(m_block_min)  # the K/V tiles wait_turn's places count
         work = SimpleNamespace(
             n_block=n_block,
             kv_head_idx=kv_head_idx,
@@ -392,7 +393,7 @@ class FlashAttentionBackwardSm90:
             m_block_min=m_block_min,
             m_block_max=m_block_max,
             num_m_blocks=m_block_max - m_block_min,
-            start=rotation(n_block, cutlass.max(m_block_max - m_block_min, 1)) if self.rotates else 0,
+            start=rotation(n_block, cutlass.max(m_block_max - m_block_min, 1), keys_tiles) if self.rotates else 0,
         )
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
