@@ -843,7 +843,8 @@ class FlashAttentionForwardSm90:
     ) -> pipeline.PipelineState:
         """Steps 3 to 6 over the visited K/V tiles: the last one (it holds the seqlen_k tail, or crosses the
         diagonal), then the free run downwards (with ALiBi in three walks away from the diagonal), then the rest of
-        the right-masked run, then the left-masked run (the producer loads them in this order). Takes and returns the K/V pipeline's read position.
+        the right-masked run, then the left-masked run (the producer loads them in this order). Takes and returns
+        the K/V pipeline's read position.
 
         The free run comes first in the code because ptxas gives the first of the two step loops the better
         uniform registers: with the masked run first, the causal kernel's free step was 481 SASS instructions
