@@ -128,8 +128,8 @@ def test_hopper_forward_walk_visits_each_tile_once_masking_the_partial_ones(p):
     bm, bn = p["block_m"], p["block_n"]
     for m_block, n_min, n_max in walked_q_tiles(info, p):
         walk = [(n_max - 1, True)]  # the first tile, always masked
-        for first, count, masked, side in info.visit_runs(m_block, n_min, n_max):
-            assert side == 0
+        for first, count, masked, side, direction in info.visit_runs(m_block, n_min, n_max):
+            assert side == 0 and direction == -1
             walk += [(first - i, masked) for i in range(count)]
         assert sorted(n for n, _ in walk) == list(range(n_min, n_max))
         rows = visible[m_block * bm : (m_block + 1) * bm]
@@ -143,19 +143,20 @@ def test_hopper_forward_walk_visits_each_tile_once_masking_the_partial_ones(p):
 def test_alibi_sides_split_the_free_run_at_the_diagonal(p):
     """visit_runs with sides (ALiBi's linear form): the same tiles (the producer loads them in the walk's order),
     each free tile of side +1 holding only keys at or before every row's diagonal key i + diag_offset, of side -1
-    only keys at or after it, the rows past seqlen_q included (the kernel biases them too), and the exact form
-    only on the few tiles the diagonal crosses."""
+    only keys at or after it, the rows past seqlen_q included (the kernel biases them too), the exact form
+    only on the few tiles the diagonal crosses, and each side walked away from the diagonal (where the bias
+    falls, so that the kept max rarely moves)."""
     info, _ = setup(p)
     bm, bn = p["block_m"], p["block_n"]
     for m_block, n_min, n_max in walked_q_tiles(info, p):
         plain = [
             (first - i, masked)
-            for first, count, masked, _ in info.visit_runs(m_block, n_min, n_max)
+            for first, count, masked, _, _ in info.visit_runs(m_block, n_min, n_max)
             for i in range(count)
         ]
         sided = [
-            (first - i, masked, side)
-            for first, count, masked, side in info.visit_runs(m_block, n_min, n_max, True)
+            (first + direction * i, masked, side)
+            for first, count, masked, side, direction in info.visit_runs(m_block, n_min, n_max, True)
             for i in range(count)
         ]
         assert sorted(n for n, _, _ in sided) == sorted(n for n, _ in plain)
@@ -164,6 +165,13 @@ def test_alibi_sides_split_the_free_run_at_the_diagonal(p):
         assert not info.mask_right or all(side == 1 for _, masked, side in sided if not masked)
         # the exact form only where the diagonal runs through the tile: at most the tiles a block_m span touches
         assert sum(1 for _, masked, side in sided if not masked and side == 0) <= -(-bm // bn) + 1
+        # the free walk moves away from the diagonal: across it first, then each side outwards
+        free = [(n, side) for n, masked, side in sided if not masked]
+        sides = [side for _, side in free]
+        assert sides == sorted(sides, key=lambda side: abs(side))
+        for outwards in (-1, 1):
+            walked = [n for n, side in free if side == outwards]
+            assert walked == sorted(walked, reverse=outwards > 0)
         diagonal = np.arange(m_block * bm, (m_block + 1) * bm)[:, None] + info.diag_offset
         for n_block, masked, side in sided:
             keys = np.arange(n_block * bn, (n_block + 1) * bn)[None, :]

@@ -108,37 +108,40 @@ class TileInfo:
 
     def visit_runs(self, m_block: Int32, n_block_min: Int32, n_block_max: Int32, sides: bool = False) -> list[tuple]:
         """The Hopper forward's walk after its first tile (n_block_max - 1, masked): runs of (first n_block,
-        count, masked, side), each walked downwards from its first tile. The free run comes first (mainloop says
-        why), then the rest of the right-masked run and the left-masked run, each only when its mask is on (it is
-        empty otherwise).
+        count, masked, side, step), each walked from its first tile by step (+1 or -1) a tile. The free run comes
+        first (mainloop says why), then the rest of the right-masked run and the left-masked run, each only when its
+        mask is on (it is empty otherwise); all walk downwards but one.
 
         side is 0 but with ``sides`` (ALiBi's linear form, common/alibi.py), where free tiles wholly left of every
         row's diagonal key i + diag_offset (each key j <= it) take side +1 and those wholly right of it (j >= it)
-        -1. Without a right mask the free run comes in three: right of the diagonal, across it (0), left of it.
-        With one, the right-masked run starts where the free tiles stop being left of the diagonal (the same tiles
-        as without sides unless window_right > 0), so that the walk has one free run, as without sides."""
+        -1. Without a right mask the free run comes in three: across the diagonal (0), then right of it walked
+        upwards, then left of it: each walk moves away from the diagonal, where the bias falls, so that the kept
+        max rarely has to move (towards the diagonal, a steep slope raises a row's max by more than the lazy
+        rescaling's threshold at every tile). With a right mask, the right-masked run starts where the free tiles
+        stop being left of the diagonal (the same tiles as without sides unless window_right > 0), so that the walk
+        has one free run, as without sides."""
         left_end, right_start = self.masked_runs(m_block, n_block_min, n_block_max)
-        runs = [(right_start - 1, right_start - left_end, False, 0)]
+        runs = [(right_start - 1, right_start - left_end, False, 0, -1)]
         if cutlass.const_expr(sides):
             first_row = m_block * self.block_m + self.diag_offset  # the diagonal's key in the tile's first row
             # tile n is left of it iff its last key (n + 1) * block_n - 1 <= first_row
             left_of = cutlass.min(cutlass.max(cutlass.max(first_row + 1, 0) // self.block_n, left_end), right_start)
             if cutlass.const_expr(self.mask_right):
                 right_start = left_of
-                runs = [(left_of - 1, left_of - left_end, False, 1)]
+                runs = [(left_of - 1, left_of - left_end, False, 1, -1)]
             else:
                 # and right of it iff its first key n * block_n >= the last row's diagonal key
                 right_of = cute.ceil_div(cutlass.max(first_row + self.block_m - 1, 0), self.block_n)
                 right_of = cutlass.min(cutlass.max(right_of, left_of), right_start)
                 runs = [
-                    (right_start - 1, right_start - right_of, False, -1),
-                    (right_of - 1, right_of - left_of, False, 0),
-                    (left_of - 1, left_of - left_end, False, 1),
+                    (right_of - 1, right_of - left_of, False, 0, -1),
+                    (right_of, right_start - right_of, False, -1, 1),
+                    (left_of - 1, left_of - left_end, False, 1, -1),
                 ]
         if cutlass.const_expr(self.mask_right):
-            runs.append((n_block_max - 2, n_block_max - 1 - right_start, True, 0))
+            runs.append((n_block_max - 2, n_block_max - 1 - right_start, True, 0, -1))
         if cutlass.const_expr(self.mask_left):
-            runs.append((left_end - 1, left_end - n_block_min, True, 0))
+            runs.append((left_end - 1, left_end - n_block_min, True, 0, -1))
         return runs
 
     def masked_m_runs(self, n_block: Int32, m_block_min: Int32, m_block_max: Int32):

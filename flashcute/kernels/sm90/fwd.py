@@ -612,9 +612,9 @@ class FlashAttentionForwardSm90:
         prev = tile.n_block_max - 1
         load_k(state, n_block=prev)
         for run in cutlass.range_constexpr(len(tile.runs)):
-            first, count, _, _ = tile.runs[run]
+            first, count, _, _, direction = tile.runs[run]
             for i in cutlass.range(count, unroll=1):
-                state, prev = self.load_next(load_k, load_v, state, prev, first - i)
+                state, prev = self.load_next(load_k, load_v, state, prev, first + direction * i)
         load_v(state, n_block=prev)
         state.advance()
         return state
@@ -842,8 +842,9 @@ class FlashAttentionForwardSm90:
         state: pipeline.PipelineState,
     ) -> pipeline.PipelineState:
         """Steps 3 to 6 over the visited K/V tiles: the last one (it holds the seqlen_k tail, or crosses the
-        diagonal), then the free run downwards, then the rest of the right-masked run, then the left-masked run
-        (the producer loads them in this order). Takes and returns the K/V pipeline's read position.
+        diagonal), then the free run downwards (with ALiBi in three walks away from the diagonal), then the rest of
+        the right-masked run, then the left-masked run (the producer loads them in this order). Takes and returns
+        the K/V pipeline's read position.
 
         The free run comes first in the code because ptxas gives the first of the two step loops the better
         uniform registers: with the masked run first, the causal kernel's free step was 481 SASS instructions
@@ -857,9 +858,9 @@ class FlashAttentionForwardSm90:
         self.first_scores(mma, pipes, state, softmax, mask, tile.m_block, tile.n_block_max - 1, slope, wg)
         step = partial(self.overlapped_step, mma, pipes, softmax, mask, tile.m_block, slope, wg)
         for run in cutlass.range_constexpr(len(tile.runs)):  # TileInfo.visit_runs
-            first, count, masked, side = tile.runs[run]
+            first, count, masked, side, direction = tile.runs[run]
             for i in cutlass.range(count, unroll=1):
-                state = step(state, first - i, masked, side)
+                state = step(state, first + direction * i, masked, side)
         # The last tile's P V.
         if cutlass.const_expr(self.config.rescale_o_early):
             softmax.rescale_o(mma.acc_O, mma.row_scale)
