@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from flashcute import splitkv
 from flashcute.kernels import registry
+from flashcute.kernels.common import prepost
 from flashcute.kernels.launch import DENSE, dtype_name, num_sms
 from flashcute.validation import (
     AttentionArgs,
@@ -109,16 +110,6 @@ def kernel_alibi(alibi_slopes: torch.Tensor | None, batch: int, nheads: int) -> 
     return slopes.expand(batch, nheads).contiguous()
 
 
-def sink_grad(learnable_sink: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """The gradient of the learnable sinks (nheads,) from the forward's lse (batch, nheads, rows) and the backward's
-    D = rowsum(dO * O), float32, the same or more rows (a family's padding): the sink's probability in row i is
-    p_i = exp(sink - LSE_i) and O_i depends on the sink only through the normalization, so dsink = -sum_i p_i D_i
-    over the head's rows. A row with LSE = -inf (no key and a sink of -inf, or outside every sequence) counts 0: its
-    p, inf or NaN, becomes 0 (LSE includes the sink, so p <= 1 wherever LSE is finite)."""
-    p = torch.exp(learnable_sink.float()[:, None] - lse).nan_to_num_(nan=0.0, posinf=0.0)
-    return -(p * delta[..., : lse.shape[-1]]).sum(dim=(0, 2)).to(learnable_sink.dtype)
-
-
 def readable(name: str, t: torch.Tensor) -> torch.Tensor:
     """``t`` as the kernels read it, rows and start (validation.aligned_rows, aligned_inputs): itself where it fits,
     else a copy; for a tensor whose layout no signature fixed (autograd's dO, a KV cache call's q)."""
@@ -145,10 +136,11 @@ def backward_grads(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The backward pass; returns (dq, dk, dv, dsink), the first three shaped like q, k, v, dsink like
     ``learnable_sink`` (None without). ``kernel``, ``softcap``, ``learnable_sink`` and ``alibi_slopes`` as in
-    launch_fwd; a family whose backward does not cover the head dim or the deterministic mode hands it to the next
-    one the device runs. The sinks change only the LSE that the backward reads, so its kernels are the same with or
-    without; the ALiBi slopes get no gradient (flash_attn's convention). ``dlse``, shaped like lse: the gradient of
-    the returned LSE, where a loss uses it (prepost.preprocess: it joins through D).
+    launch_fwd; a family whose backward does not cover the head dim or the deterministic mode hands it to the next one
+    the device runs. The sinks change only the LSE that the backward reads, so its kernels are the same with or without,
+    but for the preprocess, which also gives each row's share of the sinks' gradient (prepost.preprocess, summed by
+    prepost.sink_grad); the ALiBi slopes get no gradient (flash_attn's convention). ``dlse``, shaped like lse: the
+    gradient of the returned LSE, where a loss uses it (prepost.preprocess: it joins through D).
 
     dQ is added across K/V tiles by fp32 atomics (or TMA reduce-adds) by default; ``deterministic`` computes it in
     a kernel that adds in a fixed order, bitwise reproducible."""
@@ -159,9 +151,9 @@ def backward_grads(
         q, k, v, out = aligned_inputs(q, k, v, out)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     alibi = None if alibi_slopes is None else kernel_alibi(alibi_slopes, q.shape[0], q.shape[2])
-    scores = {"softcap": softcap, "alibi": alibi, "dlse": dlse}
-    dq, dk, dv, delta = family.backward(dout, q, k, v, out, lse, *scalars, deterministic, **scores)
-    return dq, dk, dv, None if learnable_sink is None else sink_grad(learnable_sink, lse, delta)
+    scores = {"softcap": softcap, "alibi": alibi, "dlse": dlse, "sink": kernel_sink(learnable_sink)}
+    dq, dk, dv, sink_rows = family.backward(dout, q, k, v, out, lse, *scalars, deterministic, **scores)
+    return dq, dk, dv, None if learnable_sink is None else prepost.sink_grad(sink_rows, learnable_sink.dtype)
 
 
 def launch_bwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -675,9 +667,10 @@ def launch_varlen_bwd(
     tensors = (t[None] for t in (dout, q, k, v, out, lse))
     alibi = kernel_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q.shape[1])
     scalars = (softmax_scale, 0, window_left, window_right, deterministic)
-    grads = family.backward(*tensors, *scalars, packed, softcap, alibi, None if dlse is None else dlse[None])
-    dq, dk, dv, delta = (g[0] for g in grads)
-    dsink = None if learnable_sink is None else sink_grad(learnable_sink, lse[None], delta[None])
+    scores = (softcap, alibi, None if dlse is None else dlse[None], kernel_sink(learnable_sink))
+    dq, dk, dv, sink_rows = family.backward(*tensors, *scalars, packed, *scores)
+    dq, dk, dv = dq[0], dk[0], dv[0]
+    dsink = None if learnable_sink is None else prepost.sink_grad(sink_rows, learnable_sink.dtype)
     return dq, dk, dv, _or_empty(dsink, dq)
 
 

@@ -251,16 +251,17 @@ def test_a_cached_signature_still_rejects_bad_options(monkeypatch, bad, error):
 def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
     """Under torch.compile (a real compile on the CPU, stand-in launches) the forward graph calls flashcute::fwd
     once, the backward graph flashcute::bwd once, with the forward's scalars; the gradients reach q, k, v and the
-    learnable sinks (from the stand-in's LSE = 0 and D = 1: dsink = -sum exp(sink - LSE) D = -rows * exp(sink))."""
+    learnable sinks (from the stand-in's rows of their gradient for LSE = 0 and D = 1: -exp(sink - LSE) D, summed
+    over batch and rows: dsink = -2 * rows * exp(sink))."""
     from flashcute import interface
 
     calls = stand_in_launches(monkeypatch)
     calls.clear()
 
-    def fake_bwd(dout, q, k, v, out, lse, *scalars, softcap, alibi, dlse):
+    def fake_bwd(dout, q, k, v, out, lse, *scalars, softcap, alibi, dlse, sink):
         assert dlse is None or not dlse.any()  # no loss used the LSE (the traced backward materializes zeros)
         calls.append(("bwd", (*scalars, softcap)))
-        return dout * 2, torch.ones_like(k), torch.zeros_like(v), torch.ones_like(lse)
+        return dout * 2, torch.ones_like(k), torch.zeros_like(v), -sink.exp()[:, None].expand_as(lse)
 
     family = SimpleNamespace(backward=fake_bwd)  # what launch_bwd, the op's implementation, launches
     monkeypatch.setattr(interface.registry, "backward_family", lambda *args, **kwargs: family)

@@ -100,6 +100,34 @@ def test_preprocess_pads_d_and_writes_lse_log2(head_dim, seqlen, rows):
         assert outside(buffer, delta.shape).isnan().all(), "written past the rows given"
 
 
+@pytest.mark.parametrize("lse_log2", [False, True], ids=["lse", "lse_log2"])
+@pytest.mark.parametrize("with_dlse", [False, True], ids=["", "dlse"])
+@pytest.mark.parametrize("seqlen", [1, 113])
+def test_preprocess_takes_the_lse_gradient_and_gives_the_sinks_rows(lse_log2, with_dlse, seqlen):
+    """D less dLSE (given), and each row's share of its head's sink gradient, -exp(sink - LSE) * D, 0 where that
+    probability is NaN or +inf (LSE = -inf with a sink of -inf, or LSE = NaN); the Hopper backward's padded rows as
+    without (D = 0 past seqlen_q)."""
+    batch, nheads, head_dim = 2, 3, 64
+    out, dout = packed_pair(batch, seqlen, nheads, head_dim, torch.bfloat16)
+    lse = torch.randn(batch, nheads, seqlen, device="cuda") * 4
+    sink = torch.tensor([0.5, -math.inf, 2.0], device="cuda")
+    lse[:, 1, 0] = -math.inf  # a row that saw no key, its head's sink -inf: p = NaN, counted 0
+    lse[0, 2, 0] = math.nan
+    grad = torch.randn(batch, seqlen, nheads, device="cuda").transpose(1, 2) if with_dlse else None  # any layout
+    rows = -(-seqlen // 64) * 64 if lse_log2 else seqlen
+    delta = torch.full((batch, nheads, rows), math.nan, device="cuda")
+    lse2 = torch.full_like(delta, math.nan) if lse_log2 else None
+    sink_rows = launch_bwd_preprocess(dout, out, delta, None, lse, lse2, grad, sink)
+    torch.cuda.synchronize()
+    d = (dout.float() * out.float()).sum(-1).transpose(1, 2) - (0 if grad is None else grad)
+    torch.testing.assert_close(delta[..., :seqlen], d, rtol=1e-4, atol=1e-4)
+    assert (delta[..., seqlen:] == 0).all()
+    p = torch.exp(sink[:, None] - lse).nan_to_num(nan=0.0, posinf=0.0)
+    assert sink_rows.shape == lse.shape and sink_rows.dtype == torch.float32
+    torch.testing.assert_close(sink_rows, -p * delta[..., :seqlen], rtol=1e-5, atol=1e-6)
+    assert (sink_rows[:, 1, 0] == 0).all() and sink_rows[0, 2, 0] == 0
+
+
 def test_preprocess_grid_over_65535_heads():
     """batch x nheads x row blocks is one grid dimension, past the 65535 limit of the others."""
     out, dout = packed_pair(2, 3, 40000, 64, torch.bfloat16)

@@ -117,11 +117,12 @@ def test_check_compiles_and_reports(capsys):
     # 2 dtypes x (4 mask variants x 4 kernels (forward; dK/dV with and without dQ atomics; deterministic dQ)
     # + the backward's preprocess, with and without zeroing dQaccum and with the LSE a tiled backward reads, its
     # postprocess and split-KV's combine, which have no mask, and the combine with sinks) + the 4 kernels' packed
-    # variable-length, softcap and ALiBi variants and the forward's with sinks, 4 masks with the dtypes in turn
-    assert len(rows) == 42 + 2 + 16 + 16 + 16 + 4
+    # variable-length, softcap and ALiBi variants and the forward's with sinks, 4 masks with the dtypes in turn + the
+    # 3 preprocesses with the LSE's gradient, the sinks' or both, 2 dtypes
+    assert len(rows) == 42 + 2 + 16 + 16 + 16 + 4 + 18
     kinds = {row[1].split("-")[0] for row in rows}
     assert kinds == {"float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost", "combine"}
     assert all(int(row[2]) <= 255 for row in rows)  # registers
     assert all(int(row[5]) > 0 for row in rows if not row[1].startswith(("bwdpre", "bwdpost", "combine")))  # HMMA
     assert all(int(row[-1]) > 50 for row in rows if row[1].startswith(("float16", "bfloat16")))  # a forward's step
-    assert "96 variants in" in out and "0 failed to compile" in out
+    assert "114 variants in" in out and "0 failed to compile" in out

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from flashcute.kernels.common import prepost
+from flashcute.kernels.common.bwd_pre import FlashAttentionBackwardPreprocess
 from flashcute.kernels.common.prepost_config import bwd_post_config, bwd_pre_config
 from flashcute.kernels.launch import DENSE
 from flashcute.kernels.sm80 import family as sm80
@@ -63,12 +64,14 @@ def test_hopper_backward_launches(monkeypatch, softcap, alibi):
     launches = recorded_launches(monkeypatch, sm90)
     dout, q, k, v, out, lse = tensors()
     slopes = torch.rand(BATCH, NHEADS) if alibi else None
-    dq, dk, dv, delta = sm90.backward(dout, q, k, v, out, lse, SCALE, DIAG, *WINDOW, False, None, softcap, slopes)
+    dq, dk, dv, sink_rows = sm90.backward(dout, q, k, v, out, lse, SCALE, DIAG, *WINDOW, False, None, softcap, slopes)
     config = sm90_bwd_config(HEAD_DIM, "bfloat16", *WINDOW, softcap=softcap > 0, alibi=alibi)
     rows = math.ceil(SEQLEN_Q / config.block_m) * config.block_m
     assert [c for c, _ in launches[:2]] == [bwd_pre_config(HEAD_DIM, "bfloat16", lse_log2=True), config]
     (_, pre), (_, main) = launches[:2]
-    assert pre[:2] == (out, dout) and pre[2] is delta and pre[4] is lse
+    delta = pre[2]
+    assert pre[:2] == (out, dout) and pre[4] is lse and pre[6:] == (None, None, None) and sink_rows is None
+    assert len(pre) == parameters_taken(FlashAttentionBackwardPreprocess)
     assert delta.shape == pre[5].shape == (BATCH, NHEADS, rows) and delta.dtype == pre[5].dtype == torch.float32
     dq_accum = pre[3]
     assert dq_accum.shape == q.shape and dq_accum.dtype == torch.float32 and dq_accum.is_contiguous()
@@ -110,14 +113,15 @@ def test_mma_sync_backward_launches(monkeypatch, deterministic):
     from dQaccum at softmax_scale or the dQ kernel straight into dq."""
     launches = recorded_launches(monkeypatch, sm80)
     dout, q, k, v, out, lse = tensors()
-    dq, dk, dv, delta = sm80.backward(dout, q, k, v, out, lse, SCALE, DIAG, *WINDOW, deterministic)
+    dq, dk, dv, sink_rows = sm80.backward(dout, q, k, v, out, lse, SCALE, DIAG, *WINDOW, deterministic)
     config = bwd_config(HEAD_DIM, "bfloat16", *WINDOW, deterministic=deterministic)
     pre_config = bwd_pre_config(HEAD_DIM, "bfloat16", clear_dq_accum=not deterministic)
     last = dq_config(HEAD_DIM, "bfloat16", *WINDOW) if deterministic else bwd_post_config(HEAD_DIM, "bfloat16")
     assert [c for c, _ in launches] == [pre_config, config, last]
     (_, pre), (_, main), (_, after) = launches
-    dq_accum = pre[3]
-    assert pre[:3] == (out, dout, delta) and delta.shape == (BATCH, NHEADS, SEQLEN_Q)
+    dq_accum, delta = pre[3], pre[2]
+    assert pre[:2] == (out, dout) and delta.shape == (BATCH, NHEADS, SEQLEN_Q) and sink_rows is None
+    assert pre[4:] == (None,) * 5 and len(pre) == parameters_taken(FlashAttentionBackwardPreprocess)
     assert (dq_accum is None) == deterministic
     assert main[:9] == (q, k, v, dout, lse, delta, dq_accum, dk, dv)
     assert main[9:] == (SCALE, DIAG, *WINDOW, *DENSE, None, None)
@@ -125,6 +129,34 @@ def test_mma_sync_backward_launches(monkeypatch, deterministic):
         assert after[:7] == (q, k, v, dout, lse, delta, dq) and after[7:] == main[9:]
     else:
         assert after == (dq_accum, dq, SCALE)
+
+
+@pytest.mark.parametrize("family", [sm80, sm90], ids=["sm80", "sm90"])
+@pytest.mark.parametrize("dlse", [False, True], ids=["", "dlse"])
+def test_backward_preprocess_takes_sinks_and_the_lse_gradient(monkeypatch, family, dlse):
+    """With learnable sinks the preprocess takes the LSE, the sinks and a float32 tensor shaped like the LSE, its
+    rows of their gradient, which the backward returns; the LSE's gradient (any layout autograd made) goes in as
+    float32 with a unit last stride; each only where given."""
+    launches = recorded_launches(monkeypatch, family)
+    dout, q, k, v, out, lse = tensors()
+    sink = torch.randn(NHEADS)
+    grad = torch.randn(BATCH, SEQLEN_Q, NHEADS).transpose(1, 2) if dlse else None  # a last stride of NHEADS
+    *_, sink_rows = family.backward(dout, q, k, v, out, lse, SCALE, DIAG, *WINDOW, False, dlse=grad, sink=sink)
+    pre_config, pre = launches[0]
+    assert pre_config.sink and pre_config.dlse == dlse and pre_config.lse_log2 == (family is sm90)
+    assert pre[4] is lse and pre[7] is sink and pre[8] is sink_rows
+    assert sink_rows.shape == lse.shape and sink_rows.dtype == torch.float32
+    if dlse:
+        assert pre[6].stride(-1) == 1 and pre[6].dtype == torch.float32 and torch.equal(pre[6], grad)
+    else:
+        assert pre[6] is None
+    assert len(pre) == parameters_taken(FlashAttentionBackwardPreprocess)
+
+
+def test_sink_grad_sums_the_rows_over_batch_and_rows():
+    rows = torch.randn(3, 4, 5)
+    dsink = prepost.sink_grad(rows, torch.bfloat16)
+    assert dsink.dtype == torch.bfloat16 and torch.equal(dsink, rows.sum(dim=(0, 2)).to(torch.bfloat16))
 
 
 @pytest.fixture

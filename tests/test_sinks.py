@@ -6,6 +6,7 @@ through flash_attn_func, flash_attn_varlen_func, the split-KV path and flash_att
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -132,6 +133,38 @@ def test_sink_gradient_keeps_its_dtype(kernel):
     sink = sink.to(torch.bfloat16).requires_grad_()
     flashcute.flash_attn_func(q, k, v, learnable_sink=sink, kernel=kernel).float().sum().backward()
     assert sink.grad.dtype == torch.bfloat16 and sink.grad.shape == (2,)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_loss_of_the_lse_reaches_the_sinks(deterministic, kernel):
+    """A loss of out and the returned LSE: the sinks' gradient is sum p (dLSE - D), against float64 autograd through
+    the spec within check_grads' budget for it; a loss of the LSE alone (D = 0): sum p dLSE, within float32's
+    roundoff of the LSE (the rows' sum of |p dLSE| times 2^-16)."""
+    q, k, v, sink = inputs(2, 150, 200, 4, 2, 64, torch.bfloat16)
+    dout, weight = torch.randn_like(q), torch.randn(2, 4, 150, device="cuda")
+    options = {"causal": True}
+    run = {"kernel": kernel, "deterministic": deterministic, "return_lse": True, **options}
+
+    def sink_grad(fn, q, k, v, sink, dout, weight):
+        sink = sink.detach().clone().requires_grad_()
+        out, lse = fn(q, k, v, learnable_sink=sink)
+        ((out * dout).sum() + (lse * weight).sum()).backward()
+        return sink.grad
+
+    for out_weight in (dout, torch.zeros_like(dout)):
+        ours = sink_grad(partial(flashcute.flash_attn_func, **run), q, k, v, sink, out_weight, weight)
+        wide = (t.double() for t in (q, k, v, sink, out_weight, weight))
+        spec = sink_grad(partial(attention_ref, return_lse=True, **options), *wide)
+        err = (ours.double() - spec).abs().max().item()
+        if out_weight.any():
+            limit = 4 * dsink_rounding(q, k, v, sink, out_weight, **options).max().item()
+            limit += torch.finfo(q.dtype).eps / 2 * spec.abs().max().item() + 1e-4
+        else:
+            wide = (t.double() for t in (q, k, v))
+            _, lse = attention_ref(*wide, learnable_sink=sink.double(), return_lse=True, **options)
+            p = torch.exp(sink.double()[:, None] - lse)
+            limit = 2.0**-16 * (p * weight.double()).abs().sum(dim=(0, 2)).max().item() + 1e-6
+        assert err <= limit, f"dsink off by {err:.3g} > {limit:.3g} (out weighed: {bool(out_weight.any())})"
 
 
 def test_a_call_without_sinks_is_unchanged(kernel):

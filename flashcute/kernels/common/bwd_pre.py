@@ -15,6 +15,11 @@ tensor shaped like D, +inf where LSE = -inf (a row that saw no key: its recomput
 more rows than seqlen_q (a backward that reads whole Q tiles of them): there D = 0 and LSE * log2(e) = +inf. These
 are the statistics a tiled backward reads, made in this launch rather than by separate fix-ups. Head-dim columns past
 the real head dim are predicated per vector and read as zero, so they add nothing to D.
+
+With ``dlse`` (a loss used the returned LSE) D is written less that gradient, row by row (prepost.preprocess says
+why). With ``sink`` each row's share of the learnable sinks' gradient, -exp(sink - LSE) * D, goes to a float32
+tensor shaped like the LSE, which the host sums over batch and rows: the gradient of every head in one launch and
+one reduction, in a fixed order, rather than a chain of tensor operations after the backward.
 """
 
 import math
@@ -28,11 +33,13 @@ from flashcute.kernels.common import copy as gcopy
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.limits import streaming_limits
 from flashcute.kernels.common.prepost_config import BwdPreConfig
+from flashcute.kernels.common.softmax import LOG2_E
 
 
 class FlashAttentionBackwardPreprocess:
     """D = rowsum(dO * O) in fp32 (and dQaccum zeroed, with ``clear_dq_accum``; LSE * log2(e), with
-    ``lse_log2``). Construct from a BwdPreConfig."""
+    ``lse_log2``; less dLSE, with ``dlse``; the sinks' gradient per row, with ``sink``). Construct from a
+    BwdPreConfig."""
 
     def __init__(self, config: BwdPreConfig, early_next: bool = False):
         self.config = config
@@ -54,9 +61,12 @@ class FlashAttentionBackwardPreprocess:
         mdO: cute.Tensor,  # (batch, seqlen_q, nheads, head_dim)
         mD: cute.Tensor,  # (batch, nheads, rows) float32, the output (rows > seqlen_q with config.lse_log2)
         mdQaccum: cute.Tensor | None,  # (batch, seqlen_q, nheads, head_dim) float32, zeroed; None: left alone
-        mLSE: cute.Tensor | None,  # (batch, nheads, seqlen_q) float32, with config.lse_log2
+        mLSE: cute.Tensor | None,  # (batch, nheads, seqlen_q) float32, with config.lse_log2 or config.sink
         mLSElog2: cute.Tensor | None,  # (batch, nheads, rows) float32, the output, with config.lse_log2
         stream: cuda.CUstream,
+        mdLSE: cute.Tensor | None = None,  # (batch, nheads, seqlen_q) float32, with config.dlse
+        mSink: cute.Tensor | None = None,  # (nheads,) float32, with config.sink
+        mSinkGrad: cute.Tensor | None = None,  # (batch, nheads, seqlen_q) float32, the output, with config.sink
     ):
         num_m_blocks = cute.ceil_div(mD.shape[2], self.block_m)
         self.kernel(
@@ -66,6 +76,9 @@ class FlashAttentionBackwardPreprocess:
             mdQaccum,
             mLSE,
             mLSElog2,
+            mdLSE,
+            mSink,
+            mSinkGrad,
             num_m_blocks,
             gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False),
             gcopy.make_gmem_tiled_copy(Float32, self.head_dim_padded, self.num_threads, False),
@@ -80,6 +93,9 @@ class FlashAttentionBackwardPreprocess:
         mdQaccum: cute.Tensor | None,
         mLSE: cute.Tensor | None,
         mLSElog2: cute.Tensor | None,
+        mdLSE: cute.Tensor | None,
+        mSink: cute.Tensor | None,
+        mSinkGrad: cute.Tensor | None,
         num_m_blocks: Int32,
         gmem_tiled_copy: cute.TiledCopy,
         gmem_tiled_copy_accum: cute.TiledCopy,
@@ -134,7 +150,7 @@ class FlashAttentionBackwardPreprocess:
             )
 
         # ---- D = rowsum(dO * O): this thread's values of a row in fp32, then across the threads that share the
-        # row (consecutive lanes); the one holding column 0 writes it, 0 in the rows past seqlen_q
+        # row (consecutive lanes); the one holding column 0 writes it (less dLSE), 0 in the rows past seqlen_q
         threads_per_row = self.head_dim_padded // (cute.size(tOrO, mode=[0]) * cute.size(tOrO, mode=[2]))
         gD = cute.local_tile(mD[batch_idx, head_idx, None], (self.block_m,), (m_block,))
         row_limit = rows_left - tOcO[0][0]
@@ -143,15 +159,33 @@ class FlashAttentionBackwardPreprocess:
             d = products.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
             d = cute.arch.warp_reduction_sum(d, threads_in_group=threads_per_row)
             row = t0OcO[0, m, 0][0]
+            row_in_head = m_block * self.block_m + tOcO[0, m, 0][0]
+            if tOcO[0][1] == 0 and row < row_limit:
+                if cutlass.const_expr(self.config.dlse):
+                    d -= mdLSE[batch_idx, head_idx, row_in_head]
+                if cutlass.const_expr(self.config.sink):
+                    mSinkGrad[batch_idx, head_idx, row_in_head] = self.sink_grad_share(
+                        mSink[head_idx], mLSE[batch_idx, head_idx, row_in_head], d
+                    )
             if cutlass.const_expr(self.config.lse_log2):  # D and LSE * log2(e) over the padded rows
                 padded_limit = mD.shape[2] - m_block * self.block_m - tOcO[0][0]
                 if tOcO[0][1] == 0 and row < padded_limit:
                     inside = row < row_limit
                     gD[tOcO[0, m, 0][0]] = d if inside else Float32(0.0)
-                    row_in_head = m_block * self.block_m + tOcO[0, m, 0][0]
                     self.store_lse_log2(mLSE, mLSElog2, batch_idx, head_idx, row_in_head, inside)
             elif tOcO[0][1] == 0 and row < row_limit:
                 gD[tOcO[0, m, 0][0]] = d
+
+    @cute.jit
+    def sink_grad_share(self, sink: Float32, lse: Float32, d: Float32) -> Float32:
+        """-p * D, the row's share of its head's sink gradient, with p = exp(sink - LSE) the sink's probability in
+        the row (LSE includes the sink, so p <= 1 wherever LSE is finite); 0 where p is NaN or +inf (a row with
+        LSE = -inf: no key and a sink of -inf)."""
+        p = cute.math.exp2((sink - lse) * LOG2_E, fastmath=False)
+        share = Float32(0.0)
+        if p < Float32.inf:
+            share = -p * d
+        return share
 
     @cute.jit
     def store_lse_log2(

@@ -20,8 +20,9 @@ CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig)
 
 
 def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostConfig | CombineConfig]:
-    """The preprocess (zeroing dQaccum or not), the postprocess and the combine, per dtype x head-dim bucket (x
-    exact/padded head dim; the combine with sinks at the exact head dims); they have no mask."""
+    """The preprocess (zeroing dQaccum or not, with the LSE a tiled backward reads or not), the postprocess and the
+    combine, per dtype x head-dim bucket (x exact/padded head dim; at the exact head dims also the preprocess with
+    the LSE's gradient, the sinks' or both, and the combine with sinks); they have no mask."""
     configs = []
     for dtype in dtypes:
         for bucket in buckets:
@@ -30,6 +31,10 @@ def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostCo
                 configs.append(bwd_pre_config(head_dim, dtype, lse_log2=True))
                 configs += [bwd_post_config(head_dim, dtype), combine_config(head_dim, dtype)]
             configs.append(combine_config(bucket, dtype, sink=True))
+            for dlse, sink in ((True, False), (False, True), (True, True)):
+                scores = {"dlse": dlse, "sink": sink}
+                configs += [bwd_pre_config(bucket, dtype, **scores), bwd_pre_config(bucket, dtype, False, **scores)]
+                configs.append(bwd_pre_config(bucket, dtype, lse_log2=True, **scores))
     return configs
 
 
@@ -41,20 +46,35 @@ def preprocess(
     lse: torch.Tensor | None = None,
     lse_log2: torch.Tensor | None = None,
     dlse: torch.Tensor | None = None,
-) -> None:
+    sink: torch.Tensor | None = None,
+) -> torch.Tensor | None:
     """``delta`` (batch, nheads, seqlen_q) float32, unit last stride, gets D = rowsum(dO * O) summed in float32, and
     ``dq_accum`` (float32, shaped like ``out``), when given, is zeroed in the same launch for the dQ atomics. With
-    ``lse`` (batch, nheads, seqlen_q), ``lse_log2`` (shaped like ``delta``) gets LSE * log2(e), +inf where LSE =
-    -inf, and both may have more rows than seqlen_q: there D = 0 and LSE * log2(e) = +inf.
+    ``lse_log2`` (shaped like ``delta``), it gets LSE * log2(e) of ``lse`` (batch, nheads, seqlen_q), +inf where
+    LSE = -inf, and both may have more rows than seqlen_q: there D = 0 and LSE * log2(e) = +inf.
 
     ``dlse`` (batch, nheads, seqlen_q): the gradient of the forward's LSE, where a loss uses it. LSE_i = log sum_j
     exp(s_ij) gives dLSE_i / ds_ij = P_ij, so the score gradient P * (dP - D) + dlse * P is the kernels' with D
-    - dlse in place of D: one subtraction here, no kernel of its own (the sinks' gradient, -sum p_sink * D, takes
-    it alike)."""
-    config = bwd_pre_config(out.shape[-1], dtype_name(out), dq_accum is not None, lse is not None)
-    run_on_device(out.device, compiled(config, out.device, compile), out, dout, delta, dq_accum, lse, lse_log2)
-    if dlse is not None:
-        delta[..., : dlse.shape[-1]].sub_(dlse)
+    - dlse in place of D: one subtraction per row in this launch, no kernel of its own.
+
+    ``sink`` (nheads,) float32, the learnable sinks (with ``lse``): returns each row's share of their gradient,
+    (batch, nheads, seqlen_q) float32, which sink_grad sums (the sink's probability in row i is p_i = exp(sink -
+    LSE_i), and O_i depends on the sink only through the normalization, so dsink = -sum_i p_i D_i, with D less
+    dlse alike); None without sinks."""
+    if dlse is not None and (dlse.dtype != torch.float32 or dlse.stride(-1) != 1):
+        dlse = dlse.float().contiguous()  # (autograd's: any layout, expanded)
+    sink_rows = None if sink is None else lse.new_empty(lse.shape)
+    flags = {"lse_log2": lse_log2 is not None, "dlse": dlse is not None, "sink": sink is not None}
+    config = bwd_pre_config(out.shape[-1], dtype_name(out), dq_accum is not None, **flags)
+    tensors = (out, dout, delta, dq_accum, lse if lse_log2 is not None or sink is not None else None, lse_log2)
+    run_on_device(out.device, compiled(config, out.device, compile), *tensors, dlse, sink, sink_rows)
+    return sink_rows
+
+
+def sink_grad(sink_rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The learnable sinks' gradient (nheads,) in ``dtype`` from preprocess's rows: their sum over batch and rows,
+    in a fixed order (deterministic)."""
+    return sink_rows.sum(dim=(0, 2)).to(dtype)
 
 
 def postprocess(dq_accum: torch.Tensor, dq: torch.Tensor, softmax_scale: float) -> None:

@@ -11,11 +11,13 @@ from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig,
 
 
 def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dump_dir: Path | None = None):
-    """The preprocess: (out, dout, d, dq_accum or None, lse or None, lse_log2 or None), d (batch, nheads, rows)
-    float32 (rows may pass seqlen_q with ``config.lse_log2``), dq_accum float32, zeroed by the kernel, None when
-    ``config.clear_dq_accum`` is off; lse (batch, nheads, seqlen_q) and lse_log2 (batch, nheads, rows) with
-    ``config.lse_log2``. The postprocess: (dq_accum, dq, softmax_scale). The combine: (partial_out, partial_lse,
-    out, lse, sink), combine.SplitKvCombine's tensors, sink only with ``config.sink``."""
+    """The preprocess: (out, dout, d, dq_accum or None, lse or None, lse_log2 or None, dlse or None, sink or None,
+    sink_grad or None), d (batch, nheads, rows) float32 (rows may pass seqlen_q with ``config.lse_log2``), dq_accum
+    float32, zeroed by the kernel, None when ``config.clear_dq_accum`` is off; lse (batch, nheads, seqlen_q) with
+    ``config.lse_log2`` or ``config.sink``, lse_log2 (batch, nheads, rows) with ``config.lse_log2``; dlse shaped like
+    lse with ``config.dlse``; sink (nheads,) and sink_grad shaped like lse with ``config.sink``. The postprocess:
+    (dq_accum, dq, softmax_scale). The combine: (partial_out, partial_lse, out, lse, sink), combine.SplitKvCombine's
+    tensors, sink only with ``config.sink``."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
     import cutlass.cute as cute
@@ -28,11 +30,14 @@ def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dum
 
         dq_accum = p.q_like(cutlass.Float32) if config.clear_dq_accum else None
         padded_rows = fake_stats((p.batch, p.nheads, cute.sym_int()))  # D's rows: seqlen_q, or whole Q tiles
-        lse = (p.row_stats(), padded_rows) if config.lse_log2 else (None, None)
-        tensors = (p.q_like(), p.q_like(), padded_rows, dq_accum, *lse)
+        lse = p.row_stats() if config.lse_log2 or config.sink else None
+        tensors = (p.q_like(), p.q_like(), padded_rows, dq_accum, lse, padded_rows if config.lse_log2 else None)
+        after = [p.row_stats() if config.dlse else None, *((p.head_vector(), p.row_stats()) if config.sink else ())]
+        while after and after[-1] is None:  # (the launch passes None there)
+            after.pop()
         # the Hopper backward's preprocess (LSE * log2(e) too) lets that kernel start while it ends
         kernel = FlashAttentionBackwardPreprocess(config, early_next=config.lse_log2 and arch == "sm_90a")
-        return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=())
+        return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(), after=tuple(after))
     if isinstance(config, CombineConfig):
         from flashcute.kernels.common.combine import SplitKvCombine
 

@@ -17,7 +17,8 @@ class BwdPreConfig:
     """The backward's preprocess (kernels/common/bwd_pre.py): D = rowsum(dO * O) for block_m rows of one (batch,
     head) per thread block of num_warps warps, and, with clear_dq_accum, the same rows of the fp32 dQ accumulator
     zeroed for the dK/dV kernel's atomics; with lse_log2, LSE * log2(e) as a tiled backward reads it (the Hopper
-    family's: rows padded to whole Q tiles, +inf where there is no key)."""
+    family's: rows padded to whole Q tiles, +inf where there is no key); with dlse, D less the gradient of the
+    returned LSE; with sink, each row's share of the learnable sinks' gradient."""
 
     dtype: str
     head_dim_padded: int
@@ -26,13 +27,16 @@ class BwdPreConfig:
     num_warps: int
     clear_dq_accum: bool
     lse_log2: bool = False
+    dlse: bool = False
+    sink: bool = False
 
     @property
     def label(self) -> str:
-        """ "bwdpre-bfloat16-d128-64w4-zerodq" ("-lse2" with lse_log2)."""
+        """ "bwdpre-bfloat16-d128-64w4-zerodq" ("-lse2" with lse_log2, "-dlse" with dlse, "-sink" with sink)."""
         zero = "-zerodq" if self.clear_dq_accum else ""
         lse = "-lse2" if self.lse_log2 else ""
-        return f"bwdpre-{self.dtype}-{head_dim_label(self)}-{self.block_m}w{self.num_warps}{zero}{lse}"
+        ends = f"{'-dlse' if self.dlse else ''}{'-sink' if self.sink else ''}"
+        return f"bwdpre-{self.dtype}-{head_dim_label(self)}-{self.block_m}w{self.num_warps}{zero}{lse}{ends}"
 
 
 @dataclass(frozen=True)
@@ -60,9 +64,17 @@ def _rows(bucket: int) -> int:
 
 
 @functools.cache
-def bwd_pre_config(head_dim: int, dtype: str, clear_dq_accum: bool = True, lse_log2: bool = False) -> BwdPreConfig:
+def bwd_pre_config(
+    head_dim: int,
+    dtype: str,
+    clear_dq_accum: bool = True,
+    lse_log2: bool = False,
+    dlse: bool = False,
+    sink: bool = False,
+) -> BwdPreConfig:
     """The heuristic for the backward's preprocess (clear_dq_accum off for the deterministic backward, whose dQ
-    kernel needs no accumulator; lse_log2 for a backward that reads the LSE that way)."""
+    kernel needs no accumulator; lse_log2 for a backward that reads the LSE that way; dlse where a loss used the
+    returned LSE; sink with learnable sinks)."""
     bucket = head_dim_bucket(head_dim)
     return BwdPreConfig(
         dtype=dtype,
@@ -72,6 +84,8 @@ def bwd_pre_config(head_dim: int, dtype: str, clear_dq_accum: bool = True, lse_l
         num_warps=4,
         clear_dq_accum=clear_dq_accum,
         lse_log2=lse_log2,
+        dlse=dlse,
+        sink=sink,
     )
 
 

@@ -152,14 +152,16 @@ def backward(
     softcap: float = 0.0,
     alibi: torch.Tensor | None = None,
     dlse: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O) (less ``dlse``, the LSE's gradient where a loss uses it:
-    prepost.preprocess); the dK/dV kernel; dQ either from the same kernel's fp32
-    atomics into a buffer the preprocess zeroes, scaled and cast by the postprocess, or, deterministic, from the dQ
-    kernel, which adds in a fixed order. ``packed_args``: a packed variable-length batch's (forward_launcher), the
-    tensors shaped as its launches take them; the kernels' outputs are zeroed first, since they write no row that
-    lies outside every sequence. ``softcap`` > 0: the forward capped the scores by it; ``alibi``: (batch, nheads)
-    float32 slopes it biased them with. v (and out, dout, dv) may have a head dim of its own (supports_backward)."""
+    sink: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(dq, dk, dv, the sinks' gradient rows): the preprocess D = rowsum(dO * O) (less ``dlse``, the LSE's gradient
+    where a loss uses it) and with ``sink`` ((nheads,) float32 learnable sinks) each row's share of their gradient (None
+    without: prepost.preprocess); the dK/dV kernel; dQ either from the same kernel's fp32 atomics into a buffer the
+    preprocess zeroes, scaled and cast by the postprocess, or, deterministic, from the dQ kernel, which adds in a fixed
+    order. ``packed_args``: a packed variable-length batch's (forward_launcher), the tensors shaped as its launches take
+    them; the kernels' outputs are zeroed first, since they write no row that lies outside every sequence. ``softcap`` >
+    0: the forward capped the scores by it; ``alibi``: (batch, nheads) float32 slopes it biased them with. v (and out,
+    dout, dv) may have a head dim of its own (supports_backward)."""
     batch, seqlen_q, nheads, head_dim = q.shape
     head_dim_v = v.shape[-1]
     dtype = dtype_name(q)
@@ -169,7 +171,7 @@ def backward(
     new_accum = torch.empty_like if same_width else torch.zeros_like
     dq_accum = None if deterministic else new_accum(q, dtype=torch.float32, memory_format=contiguous)
     # the preprocess zeroes dq_accum with out's tiles, which cover it only where v's head dim is q's
-    prepost.preprocess(dout, out, delta, dq_accum if same_width else None, dlse=dlse)
+    sink_rows = prepost.preprocess(dout, out, delta, dq_accum if same_width else None, lse, dlse=dlse, sink=sink)
     new_like = torch.empty_like if packed_args is None else torch.zeros_like
     dq = (new_like if deterministic else torch.empty_like)(q, memory_format=contiguous)  # (else: postprocess)
     dk, dv = new_like(k, memory_format=contiguous), new_like(v, memory_format=contiguous)
@@ -186,4 +188,4 @@ def backward(
         run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars, *after)
     else:
         prepost.postprocess(dq_accum, dq, softmax_scale)
-    return dq, dk, dv, delta
+    return dq, dk, dv, sink_rows

@@ -196,11 +196,13 @@ def backward(
     softcap: float = 0.0,
     alibi: torch.Tensor | None = None,
     dlse: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv, D): the preprocess D = rowsum(dO * O) (less ``dlse``, the LSE's gradient where a loss uses it:
-    prepost.preprocess), dQaccum zeroed and LSE * log2(e) (+inf where a row saw
-    no key), D and LSE padded to whole Q tiles, which the kernel bulk-copies a tile at a time (D (batch, nheads,
-    rows >= seqlen_q), 0 past seqlen_q); the Hopper kernel, which adds dQ by TMA reduce-adds of whole tiles; the
+    sink: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(dq, dk, dv, the sinks' gradient rows): the preprocess D = rowsum(dO * O) (less ``dlse``, the LSE's
+    gradient where a loss uses it), dQaccum zeroed, LSE * log2(e) (+inf where a row saw no key) and with ``sink``
+    ((nheads,) float32 learnable sinks) each row's share of their gradient (prepost.preprocess; None without), D
+    and LSE padded to whole Q tiles, which the kernel bulk-copies a tile at a time (D (batch, nheads, rows >=
+    seqlen_q), 0 past seqlen_q); the Hopper kernel, which adds dQ by TMA reduce-adds of whole tiles; the
     postprocess scales dQ by softmax_scale and casts it. ``packed_args``: a packed variable-length batch's
     (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in the rows of
     PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written). ``softcap`` >
@@ -220,7 +222,7 @@ def backward(
     if deterministic:  # zeroed before the preprocess, so that the kernel can follow the preprocess directly
         tiles = (stats_rows.rows if packed else rows) // config.block_m
         counters = torch.zeros((batch, nheads, tiles), dtype=torch.int32, device=q.device)
-    prepost.preprocess(dout, out, delta, dq_accum, lse, lse_log2, dlse)
+    sink_rows = prepost.preprocess(dout, out, delta, dq_accum, lse, lse_log2, dlse, sink)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     new_like = torch.zeros_like if packed else torch.empty_like
     dk, dv = new_like(k, memory_format=torch.contiguous_format), new_like(v, memory_format=torch.contiguous_format)
@@ -233,7 +235,7 @@ def backward(
     after = (*(packed_args or DENSE), softcap if capped else None, alibi, counters)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     prepost.postprocess(dq_accum, dq, softmax_scale)
-    return dq, dk, dv, delta
+    return dq, dk, dv, sink_rows
 
 
 class PaddedStatsRows:
