@@ -575,10 +575,13 @@ def test_sass_holds_the_algorithms_instructions(reports, config, arch: str):
     if hasattr(config, "softcap"):  # the cap's tanh (MUFU.TANH) in the variants that cap scores, and only there
         assert (report.count("MUFU.TANH") > 0) == config.softcap, report.opcodes
     if isinstance(config, BwdPreConfig | BwdPostConfig):
-        # O, dO and dQaccum are read 16 bytes a load (and the LSE, with lse_log2, 4 bytes a row); dQaccum (zeroed)
-        # and dQ written 16 bytes a store; D (and LSE * log2(e)) 4 bytes
+        # O, dO and dQaccum are read 16 bytes a load (and the LSE with lse_log2 or sinks, dLSE with dlse, 4 bytes a
+        # row); dQaccum (zeroed) and dQ written 16 bytes a store; D (and LSE * log2(e), the sinks' rows) 4 bytes; the
+        # sinks' probabilities by exp2
         row_loads = report.count("LDG") - report.count("LDG.E.128")
-        assert report.count("LDG.E.128") > 0 and (row_loads > 0) == getattr(config, "lse_log2", False), report.opcodes
+        rows_read = any(getattr(config, name, False) for name in ("lse_log2", "dlse", "sink"))
+        assert report.count("LDG.E.128") > 0 and (row_loads > 0) == rows_read, report.opcodes
+        assert (report.count("MUFU.EX2") > 0) == getattr(config, "sink", False), report.opcodes
         tile_stores = report.count("STG.E.128")
         assert (tile_stores > 0) == (isinstance(config, BwdPostConfig) or config.clear_dq_accum), report.opcodes
         assert (report.count("STG") > tile_stores) == isinstance(config, BwdPreConfig), report.opcodes

@@ -82,7 +82,14 @@ class FlashAttentionBackwardPreprocess:
             num_m_blocks,
             gcopy.make_gmem_tiled_copy(self.dtype, self.head_dim_padded, self.num_threads, False),
             gcopy.make_gmem_tiled_copy(Float32, self.head_dim_padded, self.num_threads, False),
-        ).launch(grid=[num_m_blocks * mO.shape[2] * mO.shape[0], 1, 1], block=[self.num_threads, 1, 1], stream=stream)
+        ).launch(
+            grid=[num_m_blocks * mO.shape[2] * mO.shape[0], 1, 1],
+            block=[self.num_threads, 1, 1],
+            stream=stream,
+            # the rows of dLSE and the sinks' loads in flight, which ptxas otherwise fits in 96 registers by spilling
+            # a few (bf16 at head dims 96 to 256); a bound of one block an SM lifts that cap
+            min_blocks_per_mp=1 if self.config.dlse or self.config.sink else 0,
+        )
 
     @cute.kernel
     def kernel(
@@ -154,27 +161,33 @@ class FlashAttentionBackwardPreprocess:
         threads_per_row = self.head_dim_padded // (cute.size(tOrO, mode=[0]) * cute.size(tOrO, mode=[2]))
         gD = cute.local_tile(mD[batch_idx, head_idx, None], (self.block_m,), (m_block,))
         row_limit = rows_left - tOcO[0][0]
+        rows = (self.block_m,)
+        if cutlass.const_expr(self.config.dlse):
+            gdLSE = cute.local_tile(mdLSE[batch_idx, head_idx, None], rows, (m_block,))
+        if cutlass.const_expr(self.config.sink):
+            gLSE = cute.local_tile(mLSE[batch_idx, head_idx, None], rows, (m_block,))
+            gSinkGrad = cute.local_tile(mSinkGrad[batch_idx, head_idx, None], rows, (m_block,))
+            sink = mSink[head_idx]
         for m in cutlass.range_constexpr(cute.size(tOrO, mode=[1])):
             products = tOrO[None, m, None].load().to(Float32) * tOrdO[None, m, None].load().to(Float32)
             d = products.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
             d = cute.arch.warp_reduction_sum(d, threads_in_group=threads_per_row)
             row = t0OcO[0, m, 0][0]
-            row_in_head = m_block * self.block_m + tOcO[0, m, 0][0]
+            local_row = tOcO[0, m, 0][0]
             if tOcO[0][1] == 0 and row < row_limit:
                 if cutlass.const_expr(self.config.dlse):
-                    d -= mdLSE[batch_idx, head_idx, row_in_head]
+                    d -= gdLSE[local_row]
                 if cutlass.const_expr(self.config.sink):
-                    mSinkGrad[batch_idx, head_idx, row_in_head] = self.sink_grad_share(
-                        mSink[head_idx], mLSE[batch_idx, head_idx, row_in_head], d
-                    )
+                    gSinkGrad[local_row] = self.sink_grad_share(sink, gLSE[local_row], d)
             if cutlass.const_expr(self.config.lse_log2):  # D and LSE * log2(e) over the padded rows
                 padded_limit = mD.shape[2] - m_block * self.block_m - tOcO[0][0]
                 if tOcO[0][1] == 0 and row < padded_limit:
                     inside = row < row_limit
-                    gD[tOcO[0, m, 0][0]] = d if inside else Float32(0.0)
+                    gD[local_row] = d if inside else Float32(0.0)
+                    row_in_head = m_block * self.block_m + local_row
                     self.store_lse_log2(mLSE, mLSElog2, batch_idx, head_idx, row_in_head, inside)
             elif tOcO[0][1] == 0 and row < row_limit:
-                gD[tOcO[0, m, 0][0]] = d
+                gD[local_row] = d
 
     @cute.jit
     def sink_grad_share(self, sink: Float32, lse: Float32, d: Float32) -> Float32:
