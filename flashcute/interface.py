@@ -275,6 +275,28 @@ class FlashAttention(torch.autograd.Function):
 # the ops.
 
 
+def eager_apply(function: type[torch.autograd.Function]):
+    """``function.apply(q, k, v, sink, alibi, *rest)`` for eager calls (``rest`` holds no tensor), less the Python
+    layer's generic work: outside functorch transforms autograd.Function.apply only unwraps each tensor argument
+    left from an exited transform (a generator over the arguments) and calls the C++ apply beneath; this unwraps the
+    five tensor slots itself and calls the same C++ apply (docs/benchmarking.md, Host overhead). Inside a transform,
+    the full apply."""
+    c_apply = super(torch.autograd.Function, function).apply
+    unwrap = torch._C._functorch.unwrap_if_dead
+
+    def apply(q, k, v, sink, alibi, *rest):
+        if torch._C._are_functorch_transforms_active():
+            return function.apply(q, k, v, sink, alibi, *rest)
+        sink = sink if sink is None else unwrap(sink)
+        alibi = alibi if alibi is None else unwrap(alibi)
+        return c_apply(unwrap(q), unwrap(k), unwrap(v), sink, alibi, *rest)
+
+    return apply
+
+
+_attention_apply = eager_apply(FlashAttention)
+
+
 def flash_attn_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -347,8 +369,10 @@ def flash_attn_func(
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     ):
-        options = (*plan.scalars, deterministic, None if compiling else plan)
-        out, lse = FlashAttention.apply(q, k, v, sink, alibi, options)
+        if compiling:
+            out, lse = FlashAttention.apply(q, k, v, sink, alibi, (*plan.scalars, deterministic, None))
+        else:
+            out, lse = _attention_apply(q, k, v, sink, alibi, (*plan.scalars, deterministic, plan))
     elif plan.key_range is not None and not compiling:
         out, lse = _split_kv(q, k, v, plan, sink)
     elif compiling:
@@ -806,6 +830,9 @@ class FlashAttentionVarlen(torch.autograd.Function):
         return dq, dk, dv, None if learnable_sink is None else dsink, None, None, None
 
 
+_varlen_apply = eager_apply(FlashAttentionVarlen)
+
+
 def flash_attn_varlen_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -909,7 +936,8 @@ def flash_attn_varlen_func(
             )
         out, lse = _paged_varlen(q, k, v, block_table, args, sequences, scalars, sink, alibi)
     elif needs_grad:
-        out, lse = FlashAttentionVarlen.apply(q, k, v, sink, alibi, sequences, options)
+        apply = FlashAttentionVarlen.apply if torch.compiler.is_compiling() else _varlen_apply
+        out, lse = apply(q, k, v, sink, alibi, sequences, options)
     elif torch.compiler.is_compiling():
         out, lse = _OPS.varlen_fwd.default(q, k, v, *sequences, *scalars, sink, alibi)
     else:

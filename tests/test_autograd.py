@@ -186,6 +186,34 @@ def stand_in_launches(monkeypatch) -> list:
     return checks
 
 
+def test_eager_calls_unwrap_what_an_exited_transform_left(monkeypatch):
+    """Eager calls enter autograd beneath autograd.Function.apply's Python layer (interface.eager_apply) and still
+    do what that layer does outside functorch transforms: a tensor wrapped by a transform that has exited (here q,
+    kept from inside torch.func.grad) reaches the launch and the saved tensors unwrapped; inside a transform the
+    full apply runs, which refuses a Function without setup_context, as before."""
+    from flashcute import interface
+
+    stand_in_launches(monkeypatch)
+    seen = []
+    monkeypatch.setattr(interface, "_forward_launcher", lambda *call: lambda q, k, v, *rest: seen.append(q))
+    leaked = []
+
+    def loss(x):
+        leaked.append(x)
+        return x.sum()
+
+    torch.func.grad(loss)(torch.randn(1, 16, 2, 32, dtype=torch.bfloat16))
+    dead = leaked[0]
+    assert torch._C._functorch.is_functorch_wrapped_tensor(dead)
+    k, v = (torch.randn(1, 16, 2, 32, dtype=torch.bfloat16, requires_grad=True) for _ in "kv")
+    out = flash_attn_func(dead, k, v)
+    assert type(out.grad_fn).__name__ == "FlashAttentionBackward"
+    assert not torch._C._functorch.is_functorch_wrapped_tensor(seen[0])
+    assert not any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in out.grad_fn.saved_tensors[:3])
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda q: flash_attn_func(q, k, v).float().sum())(dead.detach().clone())
+
+
 def test_a_signature_is_validated_once(monkeypatch):
     """A repeated call looks up its signature's plan instead of validating again; another stride, shape, dtype
     or option makes a new plan."""
