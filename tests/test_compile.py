@@ -65,6 +65,8 @@ def full_matrix() -> list[tuple[object, str]]:
                 sampled = one_per_bucket
             elif family == "sm80":
                 sampled = dtype_in_turn
+            elif name == "prepost":
+                sampled = prepost_sample
             else:
                 sampled = partial(in_sample, name)
             variants += [(c, arch) for c in (*exact[name], *padded[name]) if sampled(c)]
@@ -72,6 +74,14 @@ def full_matrix() -> list[tuple[object, str]]:
     in_place += [dataclasses.replace(sm90_fwd_config(256, dtype), exp_in_place=True) for dtype in DTYPES]
     variants += [(c, "sm_90a") for c in in_place]
     return list(dict.fromkeys(variants))
+
+
+def prepost_sample(config) -> bool:
+    """Whether the matrix builds this shared kernel: all of them, but of the preprocesses with the LSE's gradient or
+    the sinks' one dtype a bucket, in turn (each is one subtraction or one exp2 a row beside the plain preprocess)."""
+    if not (isinstance(config, BwdPreConfig) and (config.dlse or config.sink)):
+        return True
+    return DTYPES.index(config.dtype) == HEAD_DIM_BUCKETS.index(config.head_dim_padded) % len(DTYPES)
 
 
 def one_per_bucket(config) -> bool:
