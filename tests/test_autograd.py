@@ -51,20 +51,28 @@ def test_ops_have_no_python_autograd_layer():
         assert not torch._C._dispatch_has_kernel_for_dispatch_key(f"flashcute::{op}", "Autograd"), op
 
 
-def test_torch_compile_traces_one_graph(fake_mode):
-    """fullgraph=True: validation, dispatch and the op trace without a graph break."""
+def traced_graphs(fake_mode, model) -> tuple:
+    """``model`` compiled with fullgraph=True and run on fake CUDA q, k, v: its result and the FX graphs dynamo
+    handed the backend."""
     graphs = []
 
     def capture(graph_module, example_inputs):
         graphs.append(graph_module)
         return graph_module.forward
 
+    with fake_mode:
+        q, k, v = (fake_cuda(fake_mode, 2, n, 4, 64) for n in (128, 96, 96))
+        result = torch.compile(model, fullgraph=True, backend=capture)(q, k, v)
+    return result, graphs
+
+
+def test_torch_compile_traces_one_graph(fake_mode):
+    """fullgraph=True: validation, dispatch and the op trace without a graph break."""
+
     def model(q, k, v):
         return flash_attn_func(q, k, v, causal=True).float().square().mean()
 
-    with fake_mode:
-        q, k, v = (fake_cuda(fake_mode, 2, n, 4, 64) for n in (128, 96, 96))
-        loss = torch.compile(model, fullgraph=True, backend=capture)(q, k, v)
+    loss, graphs = traced_graphs(fake_mode, model)
     assert loss.shape == ()
     assert len(graphs) == 1
     ops = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
@@ -73,19 +81,12 @@ def test_torch_compile_traces_one_graph(fake_mode):
 
 def test_a_loss_of_the_lse_traces_one_graph(fake_mode):
     """fullgraph=True with the returned LSE in the loss (differentiable LSE, set_materialize_grads(False))."""
-    graphs = []
-
-    def capture(graph_module, example_inputs):
-        graphs.append(graph_module)
-        return graph_module.forward
 
     def model(q, k, v):
         out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
         return out.float().mean() + lse.mean()
 
-    with fake_mode:
-        q, k, v = (fake_cuda(fake_mode, 2, n, 4, 64) for n in (128, 96, 96))
-        torch.compile(model, fullgraph=True, backend=capture)(q, k, v)
+    _, graphs = traced_graphs(fake_mode, model)
     assert len(graphs) == 1
 
 
