@@ -37,16 +37,22 @@ MIN_SPLIT_KEYS = 512
 MAX_SPLITS = 128
 """No more splits: the combine's loop over them runs in every row's threads."""
 ROWS_PER_TILE = 128
+WAVE_FILL = 0.9
+"""The share of the SMs a split count's walks must keep busy in every wave (docs/decoding.md, How many splits)."""
 """Query rows of a forward tile as the split count reckons them (64 to 192 across the families' tiles)."""
 
 
 def num_splits(tiles: int, max_keys: int, sms: int) -> int:
     """How many chunks each sequence's keys are cut into, for ``tiles`` (sequence, kv head, query tile) walks of up
-    to ``max_keys`` keys on ``sms`` SMs: enough walks for two a SM (the persistent kernels balance them), none
-    shorter than MIN_SPLIT_KEYS, at most MAX_SPLITS; 1 when the query side fills the GPU already."""
+    to ``max_keys`` keys on ``sms`` SMs: the fewest whose walks fill whole waves of the SMs (WAVE_FILL; walks of one
+    call are about as long, so a last wave that few walks share leaves the other SMs idle for a walk's time), or the
+    count that fills them best; none shorter than MIN_SPLIT_KEYS, at most MAX_SPLITS; 1 when the query side fills
+    the GPU already."""
     if tiles >= sms:
         return 1
-    return max(1, min(math.ceil(2 * sms / tiles), math.ceil(max_keys / MIN_SPLIT_KEYS), MAX_SPLITS))
+    most = max(1, min(math.ceil(max_keys / MIN_SPLIT_KEYS), MAX_SPLITS))
+    fill = [tiles * s / (sms * math.ceil(tiles * s / sms)) for s in range(1, most + 1)]
+    return next((s for s, f in enumerate(fill, 1) if f >= WAVE_FILL), fill.index(max(fill)) + 1)
 
 
 def packed_tiles(batch: int, seqlen_q: int, nheads: int, nheads_k: int) -> int:

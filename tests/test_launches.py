@@ -4,6 +4,7 @@ with them; these keep the host path, which runs at every call, checkable without
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 
@@ -19,7 +20,7 @@ from flashcute.kernels.sm80.config import bwd_config, dq_config
 from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
 from flashcute.kernels.sm90 import family as sm90
 from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
-from flashcute.kernels.sm90.config import sm90_bwd_config
+from flashcute.kernels.sm90.config import SHORT_QUERY_ROWS, sm90_bwd_config, sm90_fwd_config
 from flashcute.kernels.sm90.fwd import FlashAttentionForwardSm90
 
 BATCH, SEQLEN_Q, SEQLEN_K, NHEADS, NHEADS_K, HEAD_DIM = 2, 100, 70, 4, 2, 64
@@ -199,3 +200,24 @@ def test_forward_launches_pass_every_argument_the_kernel_takes(recorded_forward_
         assert args[-3:] == call["pages"]
     if variant == "capped":
         assert any(a is call["sink"] for a in args) and 30.0 in [a for a in args if isinstance(a, float)]
+
+
+@pytest.mark.parametrize("page_size", [0, 16])
+@pytest.mark.parametrize("window", [(-1, -1), (-1, 0)])
+def test_packed_forward_takes_short_query_tiles_where_every_sequence_fits_one_warpgroup(
+    recorded_forward_launches, window, page_size
+):
+    """A packed Hopper launch without a mask whose max_seqlen_q is at most SHORT_QUERY_ROWS (decoding's split-KV
+    walks) runs the 64-row tiles, and one more row runs the heuristic's; under a mask both run the heuristic's."""
+    _, q, k, v, out, lse = tensors()
+    options = {"packed": True, "grid": 132, "page_size": page_size}
+    launch = sm90.forward_launcher(torch.device("cpu"), "bfloat16", HEAD_DIM, *window, **options)
+    call = {"pages": (torch.zeros(BATCH, 4, dtype=torch.int32), 16, 64)} if page_size else {}
+    sequences = (torch.zeros(BATCH + 1, dtype=torch.int32),) * 2 + (torch.zeros(BATCH, dtype=torch.int32),) * 2
+    for max_seqlen_q in (SHORT_QUERY_ROWS, SHORT_QUERY_ROWS + 1, 1):
+        launch(q, k, v, out, lse, SCALE, DIAG, (*sequences, max_seqlen_q, SEQLEN_K), **call)
+    heuristic = sm90_fwd_config(HEAD_DIM, "bfloat16", *window, packed=True, page_size=page_size)
+    rows = [config.block_m for config, _ in recorded_forward_launches]
+    short = SHORT_QUERY_ROWS if window == (-1, -1) else heuristic.block_m
+    assert heuristic.block_m > SHORT_QUERY_ROWS and rows == [short, heuristic.block_m, short]
+    assert {dataclasses.replace(c, block_m=heuristic.block_m) for c, _ in recorded_forward_launches} == {heuristic}

@@ -19,10 +19,14 @@ from tests.helpers import check_against_spec
 @pytest.mark.parametrize(
     "tiles, max_keys, splits",
     [
-        (64, 131072, 5),  # B=8 x 8 kv heads: two walks a SM
-        (8, 131072, 33),  # B=1: many splits of 4k keys
+        (64, 131072, 2),  # B=8 x 8 kv heads: 128 walks, one wave of 132 SMs
+        (32, 131072, 4),  # 128 walks
+        (48, 131072, 5),  # 240 walks, two waves 0.91 full (3 splits: 144, the second wave 12 walks)
+        (8, 131072, 15),  # B=1: 120 walks
         (64, 1000, 2),  # no split under MIN_SPLIT_KEYS keys
-        (1, 10**7, splitkv.MAX_SPLITS),
+        (8, 4096, 8),  # no count fills a wave: the one that fills most
+        (1, 10**7, 119),
+        (1, 40000, 79),  # at most 79 splits of 512 keys
         (132, 131072, 1),  # the query side fills the GPU already
         (1000, 131072, 1),
         (3, 0, 1),

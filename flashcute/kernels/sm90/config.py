@@ -24,6 +24,9 @@ SMEM_BYTES = MAX_SMEM_BYTES["sm_90a"]
 # K and V tiles in flight: the producer loads one K/V tile ahead of the one the consumers read.
 NUM_STAGES = 2
 K_DESCRIPTOR_FORMS = ("64bit", "32bit", "uniform")
+# One consumer warpgroup's query rows: packed launches whose sequences have no more (decoding's split-KV walks) take
+# tiles of this many rows.
+SHORT_QUERY_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -159,17 +162,21 @@ def sm90_fwd_config(
     alibi: bool = False,
     head_dim_v: int | None = None,
     page_size: int = 0,
+    short_queries: bool = False,
 ) -> Sm90FwdConfig:
     """The heuristic for the Hopper forward kernel (window_right = 0 is causal; ``packed``: for packed
     variable-length batches, ``softcap``: for capped scores, ``sink``: with learnable sinks, ``alibi``: with ALiBi
     biases, each with the same tiles; ``head_dim_v``: v's head dim where it is not q's, at most q's bucket;
-    ``page_size``: packed, K and V in pages of that many rows (a multiple of 8))."""
+    ``page_size``: packed, K and V in pages of that many rows (a multiple of 8); ``short_queries``: packed, without
+    a mask, no sequence has more than SHORT_QUERY_ROWS query rows)."""
     bucket = head_dim_bucket(head_dim)
     values = value_fields(head_dim, head_dim_v)
     bucket_v = values.get("head_dim_v_padded", bucket)
     mask_right, mask_left = masks(window_left, window_right)
     masked = mask_right or mask_left
     block_m, block_n = _forward_tiles(bucket, bucket_v)
+    if short_queries and packed and not masked:  # one warpgroup: a second would only compute rows past every sequence
+        block_m = SHORT_QUERY_ROWS  # (Tiles for short queries)
     sum_chains, turn_before_k, pass_turn_after_qk = _step_order(bucket, masked)
     return Sm90FwdConfig(
         dtype=dtype,

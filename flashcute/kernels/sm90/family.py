@@ -19,6 +19,7 @@ from flashcute.kernels.common.limits import VALUE_HEAD_DIMS, head_dim_bucket
 from flashcute.kernels.launch import DENSE, compiled, dtype_name, num_sms, run_on_device
 from flashcute.kernels.sm90.build import compile
 from flashcute.kernels.sm90.config import (
+    SHORT_QUERY_ROWS,
     Sm90BwdConfig,
     Sm90FwdConfig,
     sm90_bwd_config,
@@ -59,8 +60,13 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
             found[f"bwd-{variant}"].append(sm90_bwd_config(bucket, dtype, *window, **{variant: True}))
     for dtype, bucket, window in itertools.product(dtypes, buckets, masks):  # a sink changes the forward alone
         found["fwd-sink"].append(sm90_fwd_config(bucket, dtype, *window, sink=True))
-    for dtype, bucket, window, page in itertools.product(dtypes, buckets, masks, PAGE_SIZES):
-        found["fwd-paged"].append(sm90_fwd_config(bucket, dtype, *window, packed=True, page_size=page))
+    for dtype, bucket, window, page in itertools.product(dtypes, buckets, masks, (0, *PAGE_SIZES)):
+        # each with the tiles for short queries where they differ (forward_launcher: decoding's split-KV walks)
+        short = sm90_fwd_config(bucket, dtype, *window, packed=True, page_size=page, short_queries=True)
+        if page:
+            found["fwd-paged"].append(sm90_fwd_config(bucket, dtype, *window, packed=True, page_size=page))
+        if short.block_m != sm90_fwd_config(bucket, dtype, *window, packed=True).block_m:
+            found["fwd-paged" if page else "fwd-packed"].append(short)
     found["fwd-paged"] = list(dict.fromkeys(found["fwd-paged"]))  # pages of several sizes read in the same boxes
     for dtype, (head_dim, head_dim_v), window in itertools.product(dtypes, VALUE_HEAD_DIMS, masks):
         if head_dim in buckets:  # v's head dim apart from q's: the pairs models use
@@ -108,12 +114,19 @@ def forward_launcher(
     ``grid`` (tests: fewer blocks, each claiming several tiles). ``packed``, ``softcap``, ``sink``, ``alibi`` and
     ``head_dim_v`` as in the sm80 family's forward_launcher. ``page_size`` (packed only; reads_pages): k and v are
     a cache's pages, (pages * page_size, nheads_k, head_dim) rows, and ``pages`` the launch's (block_table,
-    page_size, seq_rows), cu_seqlens_k numbering sequence b's positions from b * seq_rows."""
+    page_size, seq_rows), cu_seqlens_k numbering sequence b's positions from b * seq_rows. With the heuristic's
+    config, a packed launch whose max_seqlen_q is at most SHORT_QUERY_ROWS runs the heuristic's tiles for short
+    queries where they differ (compiled at the first such launch)."""
+    short = None  # with the heuristic's config: (its config, compiled kernel) for launches of short queries
     if config is None:
         scores = {"softcap": softcap, "sink": sink, "alibi": alibi, "head_dim_v": head_dim_v}
-        config = sm90_fwd_config(
-            head_dim, dtype, window_left, window_right, packed=packed, page_size=page_size, **scores
+        window = (window_left, window_right)
+        config = sm90_fwd_config(head_dim, dtype, *window, packed=packed, page_size=page_size, **scores)
+        short_config = sm90_fwd_config(
+            head_dim, dtype, *window, packed=packed, page_size=page_size, short_queries=True, **scores
         )
+        if short_config != config:
+            short = [short_config, None]
     kernel = compiled(config, device, compile)
     max_grid = grid or num_sms(device)
     capped = config.softcap
@@ -136,7 +149,12 @@ def forward_launcher(
         counter = tile_counter(device)
         scalars = (softmax_scale, diag_offset, window_left, window_right, max_grid)
         cap = softcap if capped else None  # None: an optional argument the kernel leaves out
-        run_on_device(device, kernel, q, k, v, out, lse, counter, *scalars, *packed_args, cap, sink, alibi, *pages)
+        run = kernel
+        if short is not None and packed_args[4] <= SHORT_QUERY_ROWS:  # max_seqlen_q: every sequence fits its tile
+            run = short[1]
+            if run is None:
+                run = short[1] = compiled(short[0], device, compile)
+        run_on_device(device, run, q, k, v, out, lse, counter, *scalars, *packed_args, cap, sink, alibi, *pages)
 
     return launch
 
