@@ -11,12 +11,14 @@ host, so a whole step can be captured in a CUDA graph and replayed with new ``ca
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
 from flashcute import interface, splitkv
 from flashcute.kernels import registry
-from flashcute.validation import pads_head_dims, validate_kvcache_args, validate_kvcache_kernel_inputs
+from flashcute.validation import KvcacheArgs, pads_head_dims, validate_kvcache_args, validate_kvcache_kernel_inputs
 
 
 def apply_rotary(
@@ -127,35 +129,18 @@ def flash_attn_with_kvcache(
     Returns out (batch, seqlen_q, nheads, v's headdim) and, with return_lse, lse (batch, nheads, seqlen_q) float32,
     natural log; ``return_softmax_lse`` is flash_attn's name for return_lse, taken alike.
     """
-    args = validate_kvcache_args(
-        q,
-        k_cache,
-        v_cache,
-        k,
-        v,
-        rotary_cos,
-        rotary_sin,
-        cache_seqlens,
-        cache_batch_idx,
-        cache_leftpad,
-        block_table,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        rotary_interleaved,
-        num_splits,
-        return_lse,
-        learnable_sink,
-        alibi_slopes,
-        return_softmax_lse,
-    )
+    options = (softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits, return_lse)
+    options += (learnable_sink, alibi_slopes, return_softmax_lse)
+    tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad)
+    key = _signature(*tensors, block_table, *options, kernel)
+    args = _checked.get(key) if key is not None else None
+    if args is None:
+        args = _validate(*tensors, block_table, *options, kernel)
+        if key is not None:  # (kept without the tensors: the calls pass their own)
+            if len(_checked) >= MAX_SIGNATURES:
+                _checked.clear()
+            _checked[key] = dataclasses.replace(args, attention=args.attention.without_tensors())
     return_lse = return_lse or return_softmax_lse
-    validate_kvcache_kernel_inputs(q, k_cache, v_cache, args)
-    if kernel is not None:
-        if not isinstance(kernel, str):
-            raise TypeError(f"kernel must be a str or None, got {kernel!r}")
-        registry.pick(q.device, kernel)  # an unknown or unavailable name fails before the cache is written
     if pads_head_dims(args.attention):  # (not multiples of 8: zero-padded copies, the caches' included)
         q, k_padded, v_padded, k, v = interface.pad_head_dims(q, k_cache, v_cache, k, v)
         options = {"window_size": window_size, "softcap": softcap, "rotary_interleaved": rotary_interleaved}
@@ -287,6 +272,51 @@ def flash_attn_with_kvcache(
     if not return_lse:
         return out
     return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()
+
+
+def _validate(q, k_cache, v_cache, *rest) -> KvcacheArgs:
+    """flash_attn_with_kvcache's arguments checked in full (validate_kvcache_args, the kernels' needs of the tensors
+    read where they lie, the kernel's name), before anything is written; ``rest`` in the entry's order, then
+    kernel."""
+    *arguments, kernel = rest
+    args = validate_kvcache_args(q, k_cache, v_cache, *arguments)
+    validate_kvcache_kernel_inputs(q, k_cache, v_cache, args)
+    if kernel is not None:
+        if not isinstance(kernel, str):
+            raise TypeError(f"kernel must be a str or None, got {kernel!r}")
+        registry.pick(q.device, kernel)  # an unknown or unavailable name fails before the cache is written
+    return args
+
+
+# The checked arguments of the call signatures seen so far: a decoding loop repeats one signature every step, and
+# the full checks took about a quarter of a call's host time. Starts over past MAX_SIGNATURES.
+_checked: dict[tuple, KvcacheArgs] = {}
+MAX_SIGNATURES = 1024
+_SCALAR_TYPES = (type(None), bool, int, float, str)
+
+
+def _signature(*arguments) -> tuple | None:
+    """What _validate's outcome depends on, as a dict key: each tensor's shape, strides, dtype, device and whether
+    it starts on a 16-byte boundary (validate_pointers), each other argument itself with its type (True == 1 ==
+    1.0 must not share a key), a window's pair alike; None where a check reads tensor values on the host (ALiBi
+    slopes on the CPU) or an argument is of another kind, which then takes the full checks."""
+    if torch.compiler.is_compiling():
+        return None
+    key = []
+    for a in arguments:
+        kind = type(a)
+        if kind is torch.Tensor or isinstance(a, torch.Tensor):
+            key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16))
+        elif kind in _SCALAR_TYPES:
+            key.append((kind, a))
+        elif kind is tuple and len(a) == 2 and type(a[0]) in _SCALAR_TYPES and type(a[1]) in _SCALAR_TYPES:
+            key.append((tuple, type(a[0]), a[0], type(a[1]), a[1]))
+        else:
+            return None
+    alibi_slopes = arguments[-3]
+    if isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.device.type == "cpu":
+        return None
+    return tuple(key)
 
 
 def paged_keys(

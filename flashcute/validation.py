@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from flashcute.kernels.common.limits import head_dim_bucket
@@ -65,6 +65,10 @@ class AttentionArgs:
     softcap: float
     learnable_sink: torch.Tensor | None = field(default=None, compare=False)
     alibi_slopes: torch.Tensor | None = field(default=None, compare=False)
+
+    def without_tensors(self) -> AttentionArgs:
+        """These arguments with learnable_sink and alibi_slopes None (the sizes and scalars a call signature fixes)."""
+        return replace(self, learnable_sink=None, alibi_slopes=None)
 
     @property
     def has_mask(self) -> bool:

@@ -3,7 +3,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from flashcute import interface, splitkv, validation
+from flashcute import interface, kvcache, splitkv, validation
 from flashcute.kernels import registry
 from flashcute.kernels.common import prepost
 from tests.helpers import PackedLaunchStandIn, combine_plainly
@@ -48,3 +48,10 @@ def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
     yield launch
     splitkv.plan.cache_clear()
     interface._plans.clear()
+
+
+@pytest.fixture(autouse=True)
+def fresh_kvcache_checks():
+    """flash_attn_with_kvcache checks each call signature once (kvcache._checked): every test starts without the
+    checks of another, which may have passed under stand-ins or patched checks."""
+    kvcache._checked.clear()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import flashcute
-from flashcute import interface, splitkv
+from flashcute import interface, kvcache, splitkv
 from flashcute.kernels import registry
 from flashcute.kernels.common import prepost
 from flashcute.kvcache import apply_rotary, flash_attn_with_kvcache
@@ -583,6 +583,33 @@ def test_rejects_bad_arguments_before_writing(stand_in, changes, error, message)
     assert not stand_in.calls
     if cache is not None:
         assert torch.equal(inputs["k_cache"], cache)
+
+
+@pytest.mark.parametrize("changes, error, message", BAD_CALLS)
+def test_a_checked_signature_lets_no_bad_call_through(stand_in, changes, error, message):
+    """Each call signature is checked once; after a valid call every bad one still fails before writing."""
+    flash_attn_with_kvcache(**valid())
+    stand_in.calls.clear()
+    test_rejects_bad_arguments_before_writing(stand_in, changes, error, message)
+
+
+def test_a_repeated_signature_is_checked_once(monkeypatch, stand_in):
+    """New tensors of the same shapes, strides, dtypes and alignment skip the checks; a change of any of them, or
+    of an option's value or type, takes them again (a cache view off a 16-byte boundary then fails)."""
+    checked = []
+    full = kvcache.validate_kvcache_args
+    monkeypatch.setattr(kvcache, "validate_kvcache_args", lambda *a: checked.append(1) or full(*a))
+    for _ in range(3):
+        flash_attn_with_kvcache(**valid(q=torch.randn(2, 3, 4, 8)))
+    assert len(checked) == 1
+    for changes in ({"causal": True}, {"cache_seqlens": 4}, {"cache_seqlens": 3}, {"softmax_scale": 0.5}):
+        flash_attn_with_kvcache(**valid(**changes))
+    assert len(checked) == 5
+    flash_attn_with_kvcache(**valid(k_cache=torch.zeros(2, 6, 2, 8).transpose(0, 1).contiguous().transpose(0, 1)))
+    assert len(checked) == 6
+    storage = torch.zeros(2 * 6 * 2 * 8 + 1)
+    with pytest.raises(ValueError, match="k_cache must start on a 16-byte boundary"):
+        flash_attn_with_kvcache(**valid(k_cache=storage[1:].view(2, 6, 2, 8)))
 
 
 def test_a_call_the_kernels_cannot_run_writes_nothing():
