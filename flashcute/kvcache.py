@@ -42,7 +42,6 @@ def apply_rotary(
     return torch.cat((rotated.to(x.dtype), x[..., rotary_dim:]), dim=-1)
 
 
-@torch.no_grad()
 def flash_attn_with_kvcache(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -129,6 +128,13 @@ def flash_attn_with_kvcache(
     Returns out (batch, seqlen_q, nheads, v's headdim) and, with return_lse, lse (batch, nheads, seqlen_q) float32,
     natural log; ``return_softmax_lse`` is flash_attn's name for return_lse, taken alike.
     """
+    if torch.is_grad_enabled():  # (under no_grad or inference_mode, as decoding loops run, not entered again: a
+        with torch.no_grad():  # decorator's no_grad took 3 us a call)
+            return flash_attn_with_kvcache(
+                q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits, return_lse,
+                kernel, learnable_sink, alibi_slopes, return_softmax_lse,
+            )  # fmt: skip
     options = (softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits, return_lse)
     options += (learnable_sink, alibi_slopes, return_softmax_lse)
     tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad)
