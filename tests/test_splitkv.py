@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import flashcute
 from flashcute import interface, splitkv
@@ -34,6 +36,27 @@ from tests.helpers import check_against_spec
 )
 def test_num_splits(tiles, max_keys, splits):
     assert splitkv.num_splits(tiles, max_keys, 132) == splits
+
+
+@given(st.integers(1, 2000), st.integers(0, 2**22), st.sampled_from([78, 108, 114, 132, 144]))
+def test_num_splits_fills_the_waves_with_the_fewest_splits(tiles, max_keys, sms):
+    """Within its bounds, the count is the fewest that keeps WAVE_FILL of the SMs busy in every wave, and where none
+    does, no count fills them better."""
+    splits = splitkv.num_splits(tiles, max_keys, sms)
+    most = max(1, min(math.ceil(max_keys / splitkv.MIN_SPLIT_KEYS), splitkv.MAX_SPLITS))
+    assert 1 <= splits <= most
+    if tiles >= sms:
+        assert splits == 1
+        return
+
+    def fill(s: int) -> float:
+        return tiles * s / (sms * math.ceil(tiles * s / sms))
+
+    fewer = [fill(s) for s in range(1, splits)]
+    if fill(splits) >= splitkv.WAVE_FILL:
+        assert all(f < splitkv.WAVE_FILL for f in fewer)
+    else:
+        assert all(fill(s) <= fill(splits) for s in range(1, most + 1))
 
 
 @pytest.mark.parametrize(
