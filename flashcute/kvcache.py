@@ -138,7 +138,8 @@ def flash_attn_with_kvcache(
     options = (softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits, return_lse)
     options += (learnable_sink, alibi_slopes, return_softmax_lse)
     tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad)
-    key = _signature(*tensors, block_table, *options, kernel)
+    values_read = isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.device.type == "cpu"  # (checked finite)
+    key = None if values_read else _signature(*tensors, block_table, *options, kernel)
     args = _checked.get(key) if key is not None else None
     if args is None:
         args = _validate(*tensors, block_table, *options, kernel)
@@ -304,8 +305,8 @@ _SCALAR_TYPES = (type(None), bool, int, float, str)
 def _signature(*arguments) -> tuple | None:
     """What _validate's outcome depends on, as a dict key: each tensor's shape, strides, dtype, device and whether
     it starts on a 16-byte boundary (validate_pointers), each other argument itself with its type (True == 1 ==
-    1.0 must not share a key), a window's pair alike; None where a check reads tensor values on the host (ALiBi
-    slopes on the CPU) or an argument is of another kind, which then takes the full checks."""
+    1.0 must not share a key), a window's pair alike; None where an argument is of another kind (or under
+    torch.compile), which then takes the full checks, as a call whose checks read tensor values does."""
     if torch.compiler.is_compiling():
         return None
     key = []
@@ -319,9 +320,6 @@ def _signature(*arguments) -> tuple | None:
             key.append((tuple, type(a[0]), a[0], type(a[1]), a[1]))
         else:
             return None
-    alibi_slopes = arguments[-3]
-    if isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.device.type == "cpu":
-        return None
     return tuple(key)
 
 

@@ -37,9 +37,9 @@ MIN_SPLIT_KEYS = 512
 MAX_SPLITS = 128
 """No more splits: the combine's loop over them runs in every row's threads."""
 ROWS_PER_TILE = 128
+"""Query rows of a forward tile as the split count reckons them (64 to 192 across the families' tiles)."""
 WAVE_FILL = 0.9
 """The share of the SMs a split count's walks must keep busy in every wave (docs/decoding.md, How many splits)."""
-"""Query rows of a forward tile as the split count reckons them (64 to 192 across the families' tiles)."""
 
 
 def num_splits(tiles: int, max_keys: int, sms: int) -> int:

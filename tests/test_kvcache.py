@@ -612,6 +612,17 @@ def test_a_repeated_signature_is_checked_once(monkeypatch, stand_in):
         flash_attn_with_kvcache(**valid(k_cache=storage[1:].view(2, 6, 2, 8)))
 
 
+def test_slopes_read_on_the_host_are_checked_at_every_call(monkeypatch, stand_in):
+    """ALiBi slopes on the CPU are read to check they are finite, so such calls take the full checks every time."""
+    checked = []
+    full = kvcache.validate_kvcache_args
+    monkeypatch.setattr(kvcache, "validate_kvcache_args", lambda *a: checked.append(1) or full(*a))
+    flash_attn_with_kvcache(**valid(alibi_slopes=torch.ones(4)))
+    with pytest.raises(ValueError, match="alibi_slopes must be finite"):
+        flash_attn_with_kvcache(**valid(alibi_slopes=torch.full((4,), math.nan)))
+    assert len(checked) == 2
+
+
 def test_a_call_the_kernels_cannot_run_writes_nothing():
     inputs = valid(k=torch.ones(2, 1, 2, 8), v=torch.ones(2, 1, 2, 8))
     with pytest.raises(ValueError, match="q must be a CUDA tensor"):
