@@ -62,11 +62,13 @@ def variants(arch: str, dtypes, buckets, masks, exact_only: bool) -> dict[str, l
         found["fwd-sink"].append(sm90_fwd_config(bucket, dtype, *window, sink=True))
     for dtype, bucket, window, page in itertools.product(dtypes, buckets, masks, (0, *PAGE_SIZES)):
         # each with the tiles for short queries where they differ (forward_launcher: decoding's split-KV walks)
+        config = sm90_fwd_config(bucket, dtype, *window, packed=True, page_size=page)
         short = sm90_fwd_config(bucket, dtype, *window, packed=True, page_size=page, short_queries=True)
-        if page:
-            found["fwd-paged"].append(sm90_fwd_config(bucket, dtype, *window, packed=True, page_size=page))
-        if short.block_m != sm90_fwd_config(bucket, dtype, *window, packed=True).block_m:
-            found["fwd-paged" if page else "fwd-packed"].append(short)
+        kind = "fwd-paged" if page else "fwd-packed"
+        if page:  # (the packed configs without pages are listed with the other packed kinds above)
+            found[kind].append(config)
+        if short != config:
+            found[kind].append(short)
     found["fwd-paged"] = list(dict.fromkeys(found["fwd-paged"]))  # pages of several sizes read in the same boxes
     for dtype, (head_dim, head_dim_v), window in itertools.product(dtypes, VALUE_HEAD_DIMS, masks):
         if head_dim in buckets:  # v's head dim apart from q's: the pairs models use
