@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         for arch in args.arch
         for name, group in registry.variants(arch, args.exact_only).items()
         for config in group
-        if args.headdim is None or config.head_dim_padded in args.headdim
+        if args.headdim is None or getattr(config, "head_dim_padded", None) in (None, *args.headdim)  # (None: any)
         if in_sample(name, config)
     ]
     print(f"compiling {len(variants)} variants with {args.jobs} processes ...", flush=True)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from flashcute import interface, splitkv
 from flashcute.kernels import registry
+from flashcute.kernels.common import prepost
 from flashcute.validation import KvcacheArgs, pads_head_dims, validate_kvcache_args, validate_kvcache_kernel_inputs
 
 
@@ -97,8 +98,9 @@ def flash_attn_with_kvcache(
     Values are not read on the host, so they are not checked: the caller keeps 0 <= cache_leftpad[b] <=
     cache_seqlens[b], cache_seqlens[b] + seqlen_new <= the capacity, cache_batch_idx and block_table's pages for
     those positions in [0, batch_cache) and [0, num_blocks), and rotary positions below seqlen_ro
-    (attention_kvcache_ref checks them all). A write past the capacity or a rotary position past seqlen_ro fails
-    a device index check; attention only reads each sequence's own capacity.
+    (attention_kvcache_ref checks them all). A new key or value whose slot lies outside the cache (a position past
+    the capacity, a cache row or page out of range) is not written, and a rotary position past seqlen_ro fails a
+    device index check; attention only reads each sequence's own capacity.
 
     The attention runs on the packed-batch kernels: a cache indexed by batch (no cache_batch_idx, no block_table)
     is read where it lies, when its (batch, seqlen_cache) dims merge into one (else those rows are copied). A paged
@@ -170,16 +172,11 @@ def flash_attn_with_kvcache(
         filled = int(cache_seqlens)
         cache_seqlens = splitkv.filled(batch, filled, device)
 
-    if k is not None:
+    if k is not None and args.rotary_dim:  # q's rows at their own positions, or every row at cache_seqlens[b]
         new_positions = cache_seqlens[:, None] + splitkv.indices(args.seqlen_new, device)  # (batch, seqlen_new)
-        if args.rotary_dim:  # q's rows at their own positions, or every row at cache_seqlens[b] (a broadcast 0)
-            rows = splitkv.indices(seqlen_q if args.q_positions_per_row else 1, device)
-            q = apply_rotary(q, rotary_cos, rotary_sin, cache_seqlens[:, None] + rows, rotary_interleaved)
-            k = apply_rotary(k, rotary_cos, rotary_sin, new_positions, rotary_interleaved)
-        if args.seqlen_new:
-            slots = _slots(new_positions, block_table, args.page_block_size, cache_batch_idx, batch)
-            k_cache.index_put_(slots, k)
-            v_cache.index_put_(slots, v)
+        rows = splitkv.indices(seqlen_q if args.q_positions_per_row else 1, device)
+        q = apply_rotary(q, rotary_cos, rotary_sin, cache_seqlens[:, None] + rows, rotary_interleaved)
+        k = apply_rotary(k, rotary_cos, rotary_sin, new_positions, rotary_interleaved)
 
     a = args.attention
     window_left, window_right = interface.kernel_window(a)
@@ -211,6 +208,15 @@ def flash_attn_with_kvcache(
     else:
         end = (cache_seqlens + args.seqlen_new).clamp(0, capacity)
     start = None if cache_leftpad is None else torch.minimum(cache_leftpad.clamp(min=0), end)
+    split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device) if split_keys else None
+    # The new keys and values into the cache, and where a plain decoding step's chunks end (end None: the keys
+    # count from cache_seqlens, SplitPlan.appended_chunks), in one launch before anything reads the cache.
+    appended = split.appended_chunks(capacity) if end is None else None
+    if (k is not None and args.seqlen_new) or appended is not None:
+        new = (k, v) if k is not None and args.seqlen_new else (None, None)
+        table = block_table if block_table is None or block_table.stride(1) == 1 else block_table.contiguous()
+        chunks = (appended[1], split.chunk) if appended is not None else (None,)
+        prepost.append(cache_seqlens, *new, k_cache, v_cache, cache_batch_idx, table, *chunks)
     pages = ()
     if in_place:  # the pages' rows; the launches number sequence b's positions from b * capacity
         keys, values = (t.view(-1, nheads_k, t.shape[-1]) for t in (k_cache, v_cache))
@@ -228,7 +234,6 @@ def flash_attn_with_kvcache(
     first_rows = splitkv.row_starts(batch, capacity, device)
     name = kernel or "auto"
     if split_keys:
-        split = splitkv.plan(batch, seqlen_q, nheads, nheads_k, capacity, num_splits, device)
         tail = None
         if in_place and (tail_keys or start is not None or windowed):
             if windowed:  # (one query row: a window is the range of keys its query sees)
@@ -242,7 +247,7 @@ def flash_attn_with_kvcache(
             last = capacity if filled is None else min(filled + args.seqlen_new, capacity)
             chunks = split.constant_chunks(capacity, max(last - 1 - a.window_left, 0) if windowed else 0, last)
         elif end is None:
-            chunks = split.appended_chunks(cache_seqlens, args.seqlen_new, capacity)
+            chunks = (appended[0], appended[1].view(-1))
         else:
             if windowed:
                 window_start = end - 1 - min(a.window_left, capacity)
@@ -408,22 +413,6 @@ def _page_rows(
     keys, values = (t.view(-1, *t.shape[2:])[rows] for t in (k_cache, v_cache))
     cu_seqlens_k = splitkv.row_starts(batch + 1, width, device)
     return splitkv.Tail(cu_seqlens_k, count, width, window_right, keys, values)
-
-
-def _slots(
-    positions: torch.Tensor,
-    block_table: torch.Tensor | None,
-    page_block_size: int | None,
-    cache_batch_idx: torch.Tensor | None,
-    batch: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where cache positions (batch, n) of each sequence lie: (index into k_cache.shape[0], index into
-    k_cache.shape[1]), for index_put_."""
-    if block_table is not None:
-        pages = block_table.gather(1, positions // page_block_size).long()
-        return pages, positions % page_block_size
-    rows = splitkv.indices(batch, positions.device) if cache_batch_idx is None else cache_batch_idx.long()
-    return rows[:, None], positions
 
 
 def _gather_pages(

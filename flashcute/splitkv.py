@@ -84,7 +84,7 @@ class SplitPlan:
         self._offsets: torch.Tensor | None = None
         self._cu_seqlens_q: torch.Tensor | None = None
         self._constant_chunks: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._appended: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._appended: dict[int, torch.Tensor] = {}
 
     def key_chunks(
         self, first_key: torch.Tensor, key_count: torch.Tensor, key_rows: int
@@ -124,24 +124,23 @@ class SplitPlan:
                 self._constant_chunks[key] = chunks
         return chunks
 
-    def appended_chunks(self, lengths: torch.Tensor, added: int, seq_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """key_chunks for a cache indexed by batch: sequence b's keys at rows b * seq_rows on, min(lengths[b] +
-        added, seq_rows) of them (lengths int32 (batch,): each cache's keys before ``added`` new ones; seq_rows at
-        least max_keys), in two tensor operations a call. Chunk s of sequence b starts at row b * seq_rows + s *
-        chunk at every call (where key_chunks moves a chunk past the keys to their end), so the starts are made
-        once, and each chunk's span, up to the next start, is at most chunk keys and none past the sequence's rows:
-        the kernels read min(span, seqused) keys of a sequence, so seqused needs no upper bound."""
-        constants = self._appended.get((added, seq_rows))
-        if constants is None:
-            offsets = self.offsets()
-            starts = row_starts(self.batch, seq_rows, self.device)[:, None] + offsets
-            constants = (F.pad(starts.flatten(), (0, 1), value=self.batch * seq_rows), added - offsets)
-            if _kept(constants[0]) is not None:
+    def appended_chunks(self, seq_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """key_chunks for a cache indexed by batch, sequence b's keys at rows b * seq_rows on, min(lengths[b] +
+        seqlen_new, seq_rows) of them (lengths: each cache's keys before seqlen_new new ones; seq_rows at least
+        max_keys): (cu_seqlens_k, counts), counts an empty int32 (batch, splits) that prepost.append fills on the
+        device, counts[b, s] = max(lengths[b] + seqlen_new - s * chunk, 0). Chunk s of sequence b starts at row b *
+        seq_rows + s * chunk at every call (where key_chunks moves a chunk past the keys to their end), so the
+        starts are made once, and each chunk's span, up to the next start, is at most chunk keys and none past the
+        sequence's rows: the kernels read min(span, count) keys of a chunk, so a count needs no upper bound."""
+        cu_seqlens_k = self._appended.get(seq_rows)
+        if cu_seqlens_k is None:
+            starts = row_starts(self.batch, seq_rows, self.device)[:, None] + self.offsets()
+            cu_seqlens_k = F.pad(starts.flatten(), (0, 1), value=self.batch * seq_rows)
+            if _kept(cu_seqlens_k) is not None:
                 if len(self._appended) >= 8:
                     self._appended.clear()
-                self._appended[(added, seq_rows)] = constants
-        cu_seqlens_k, shift = constants
-        return cu_seqlens_k, (lengths[:, None] + shift).clamp_(min=0).flatten()
+                self._appended[seq_rows] = cu_seqlens_k
+        return cu_seqlens_k, self.offsets().new_empty((self.batch, self.splits))
 
     def attention(
         self,

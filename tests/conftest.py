@@ -6,7 +6,7 @@ import torch
 from flashcute import interface, kvcache, splitkv, validation
 from flashcute.kernels import registry
 from flashcute.kernels.common import prepost
-from tests.helpers import PackedLaunchStandIn, combine_plainly
+from tests.helpers import PackedLaunchStandIn, append_plainly, combine_plainly
 
 
 def pytest_collection_modifyitems(config, items):
@@ -30,11 +30,13 @@ def kernel(request) -> str:
 def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
     """The split-KV path (flash_attn_with_kvcache, flash_attn_func) on CPU tensors: the CUDA kernels' input checks
     pass them through, the packed launch is the float64 stand-in (reading a paged cache where it lies, as the
-    Hopper kernels do: registry.reads_pages says yes), the combine ``combine_plainly``, and split-KV cuts keys into
+    Hopper kernels do: registry.reads_pages says yes), the combine ``combine_plainly``, the cache's writes
+    ``append_plainly``, and split-KV cuts keys into
     chunks of 2 (at least 4 to a split, for a GPU of 132 SMs), so that small caches split."""
     launch = PackedLaunchStandIn()
     monkeypatch.setattr(interface, "varlen_outputs", launch)
     monkeypatch.setattr(prepost, "combine", combine_plainly)
+    monkeypatch.setattr(prepost, "append", append_plainly)
     for module in (validation, interface):
         monkeypatch.setattr(module, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
     monkeypatch.setattr(validation, "check_cuda_tensors", lambda tensors, args: None)

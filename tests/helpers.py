@@ -301,3 +301,34 @@ def combine_plainly(partial_out, partial_lse, out, lse, sink=None) -> None:
     group, seqlen_q = out.shape[1], lse.shape[3]
     out.copy_(merged.reshape(batch * seqlen_q, group, nheads_k, headdim))
     lse.copy_(total.view(batch, seqlen_q, group, nheads_k).permute(0, 3, 2, 1))
+
+
+def chunk_counts(lengths: torch.Tensor, added: int, splits: int, chunk: int) -> torch.Tensor:
+    """The split-KV chunks' key counts that prepost.append writes: (batch, splits) int32, max(lengths[b] + added - s
+    * chunk, 0)."""
+    offsets = torch.arange(splits, dtype=torch.int64, device=lengths.device) * chunk
+    return (lengths.long()[:, None] + added - offsets).clamp(min=0).int()
+
+
+def append_plainly(lengths, k, v, k_cache, v_cache, cache_batch_idx=None, block_table=None, counts=None, chunk=0):
+    """prepost.append's writes as tensor operations: k and v at positions lengths[b] + i of sequence b's cache row
+    (cache_batch_idx[b], or b) or of its pages (block_table), slots outside the cache left alone; the chunks' key
+    counts into ``counts``."""
+    if k is not None:
+        batch, added = k.shape[:2]
+        positions = lengths.long()[:, None] + torch.arange(added, device=lengths.device)  # (batch, added)
+        if block_table is None:
+            rows = torch.arange(batch, device=lengths.device) if cache_batch_idx is None else cache_batch_idx.long()
+            rows, offsets = rows[:, None].expand_as(positions), positions
+            inside = (positions >= 0) & (positions < k_cache.shape[1])
+        else:
+            page = positions.clamp(min=0) // k_cache.shape[1]
+            inside = (positions >= 0) & (page < block_table.shape[1])
+            rows = block_table.long().gather(1, page.clamp(max=block_table.shape[1] - 1))
+            offsets = positions.clamp(min=0) % k_cache.shape[1]
+        inside &= (rows >= 0) & (rows < k_cache.shape[0])
+        k_cache[rows[inside], offsets[inside]] = k[inside]
+        v_cache[rows[inside], offsets[inside]] = v[inside]
+    if counts is not None:
+        added = 0 if k is None else k.shape[1]
+        counts.copy_(chunk_counts(lengths, added, counts.shape[1], chunk))

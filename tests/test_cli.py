@@ -118,11 +118,13 @@ def test_check_compiles_and_reports(capsys):
     # + the backward's preprocess, with and without zeroing dQaccum and with the LSE a tiled backward reads, its
     # postprocess and split-KV's combine, which have no mask, and the combine with sinks) + the 4 kernels' packed
     # variable-length, softcap and ALiBi variants and the forward's with sinks, 4 masks with the dtypes in turn + the
-    # 3 preprocesses with the LSE's gradient, the sinks' or both, 2 dtypes
-    assert len(rows) == 42 + 2 + 16 + 16 + 16 + 4 + 18
+    # 3 preprocesses with the LSE's gradient, the sinks' or both, 2 dtypes + a decoding step's writes into its
+    # cache, built for any head dim (7 kinds, 2 dtypes)
+    assert len(rows) == 42 + 2 + 16 + 16 + 16 + 4 + 18 + 14
     kinds = {row[1].split("-")[0] for row in rows}
-    assert kinds == {"float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost", "combine"}
+    assert kinds == {"float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost", "combine", "append"}
     assert all(int(row[2]) <= 255 for row in rows)  # registers
-    assert all(int(row[5]) > 0 for row in rows if not row[1].startswith(("bwdpre", "bwdpost", "combine")))  # HMMA
+    streams = ("bwdpre", "bwdpost", "combine", "append")
+    assert all(int(row[5]) > 0 for row in rows if not row[1].startswith(streams))  # HMMA
     assert all(int(row[-1]) > 50 for row in rows if row[1].startswith(("float16", "bfloat16")))  # a forward's step
-    assert "114 variants in" in out and "0 failed to compile" in out
+    assert "128 variants in" in out and "0 failed to compile" in out

@@ -30,7 +30,7 @@ import pytest
 from flashcute import compile_cache
 from flashcute.kernels import registry
 from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MASK_NAMES, dtype_in_turn, in_sample
-from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, CombineConfig
+from flashcute.kernels.common.prepost_config import AppendConfig, BwdPostConfig, BwdPreConfig, CombineConfig
 from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants, machine_code, step_loops
 from flashcute.kernels.sm80.config import BwdConfig, bwd_config, fwd_config
 from flashcute.kernels.sm90.config import Sm90BwdConfig, Sm90FwdConfig, sm90_fwd_config
@@ -129,8 +129,11 @@ def representative() -> list[tuple[object, str]]:
                 variants.append((configs[-1] if padded else configs[0], arch))
     prepost = registry.variants("sm_80", exact_only=True)["prepost"]
     for i, bucket in enumerate(HEAD_DIM_BUCKETS):
-        kernels = [c for c in prepost if c.head_dim_padded == bucket and c.dtype == DTYPES[i % 2]]
+        kernels = [c for c in prepost if getattr(c, "head_dim_padded", None) == bucket and c.dtype == DTYPES[i % 2]]
         variants.append((kernels[i % len(kernels)], ARCHS[i % 2]))
+    # a decoding step's writes (any head dim): the counts alone, and each kind of cache slot, in turn
+    appends = [c for c in prepost if isinstance(c, AppendConfig) and (c.counts or c.batch_index)]
+    variants += [(c, ARCHS[i % 2]) for i, c in enumerate(appends) if i % 3 == 0 or not c.keys]
     return list(dict.fromkeys(variants))
 
 
@@ -604,6 +607,15 @@ def test_sass_holds_the_algorithms_instructions(reports, config, arch: str):
         assert report.count("STG.E.128") > 0 and report.count("STG.E") > 0 and report.count("MUFU.EX2") > 0
         for opcode in ("HMMA", "LDGSTS", "LDS", "STS"):
             assert report.count(opcode) == 0, f"{opcode} in a kernel that streams through registers"
+        return
+    if isinstance(config, AppendConfig):
+        # the new keys and values copied 16 bytes a thread, the lengths (and rows, pages) read and the counts
+        # written 4 bytes; nothing else
+        assert (report.count("LDG.E.128") > 0) == config.keys, report.opcodes
+        assert (report.count("STG.E.128") > 0) == config.keys, report.opcodes
+        assert (report.count("STG.E") > report.count("STG.E.128")) == config.counts, report.opcodes
+        for opcode in ("HMMA", "LDGSTS", "LDS", "STS", "MUFU.EX2"):
+            assert report.count(opcode) == 0, f"{opcode} in a kernel that only copies"
         return
     if isinstance(config, Sm90FwdConfig):
         for opcode in ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "MUFU.EX2"):

@@ -7,13 +7,16 @@ import dataclasses
 import pytest
 
 from flashcute.kernels import registry
+from flashcute.kernels.common.append import KvCacheAppend
 from flashcute.kernels.common.bwd_post import FlashAttentionBackwardPostprocess
 from flashcute.kernels.common.bwd_pre import FlashAttentionBackwardPreprocess
 from flashcute.kernels.common.combine import SplitKvCombine
 from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MAX_SMEM_BYTES
 from flashcute.kernels.common.prepost_config import (
+    AppendConfig,
     BwdPostConfig,
     BwdPreConfig,
+    append_config,
     bwd_post_config,
     bwd_pre_config,
     combine_config,
@@ -171,7 +174,7 @@ def test_alternative_tiles_are_not_the_heuristics_pick():
 @pytest.mark.parametrize("config", registry.variants("sm_80")["prepost"], ids=str)
 def test_every_bwd_prepost_config_fits_both_targets(config):
     kernels = {BwdPreConfig: FlashAttentionBackwardPreprocess, BwdPostConfig: FlashAttentionBackwardPostprocess}
-    kernel = kernels.get(type(config), SplitKvCombine)
+    kernel = kernels.get(type(config), KvCacheAppend if isinstance(config, AppendConfig) else SplitKvCombine)
     for arch in ("sm_80", "sm_90a"):
         assert kernel.can_implement(config, arch) is None
 
@@ -185,6 +188,10 @@ def test_bwd_prepost_kernels_refuse_what_the_copy_cannot_tile():
     assert "float32" in FlashAttentionBackwardPostprocess.can_implement(dtype, "sm_80")
     dtype = dataclasses.replace(combine_config(64, "float16"), dtype="float32")
     assert "float32" in SplitKvCombine.can_implement(dtype, "sm_90a")
+    assert "float32" in KvCacheAppend.can_implement(append_config("float32", True), "sm_80")
+    assert "counts alone" in KvCacheAppend.can_implement(append_config("float16", False, pages=True), "sm_80")
+    both = append_config("bfloat16", True, pages=True, batch_index=True)
+    assert "no cache rows" in KvCacheAppend.can_implement(both, "sm_90a")
 
 
 @pytest.mark.parametrize("config", SM90["sm90-bwd"], ids=str)

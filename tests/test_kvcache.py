@@ -23,6 +23,7 @@ from flashcute.kernels.common import prepost
 from flashcute.kvcache import apply_rotary, flash_attn_with_kvcache
 from flashcute.reference import attention_kvcache_ref
 from flashcute.validation import KvcacheArgs, validate_kvcache_args
+from tests.helpers import append_plainly
 
 
 def keys_per_sequence(calls: list[dict], batch: int) -> list[int]:
@@ -689,23 +690,34 @@ class DeviceWork(TorchDispatchMode):
 @pytest.mark.parametrize(
     "lengths, expected",
     [
-        # the new keys' positions, their two writes, the chunks' key counts (an add and a clamp), the queries' copy
-        (torch.tensor([5, 60, 0], dtype=torch.int32), ["add", "index_put_", "index_put_", "add", "clamp_", "clone"]),
-        (17, ["add", "index_put_", "index_put_", "clone"]),  # one length for all: constant chunks
+        # the cache's writes and the chunks' key counts in one launch, the queries' copy
+        (torch.tensor([5, 60, 0], dtype=torch.int32), ["append", "clone"]),
+        (17, ["append", "clone"]),  # one length for all: constant chunks, the writes alone
     ],
 )
 def test_a_decoding_step_launches_little_besides_the_attention(monkeypatch, stand_in, lengths, expected):
-    """A step of one query row a sequence (the append, split-KV, grouped-query packing): the tensor operations
-    around the attention and the combine, once the call's constants exist. Each is a launch on the GPU, where a
-    small step costs about what its launches cost (docs/decoding.md)."""
+    """A step of one query row a sequence (the append, split-KV, grouped-query packing): the launches around the
+    attention and the combine, once the call's constants exist. Each is a launch on the GPU, where a small step
+    costs about what its launches cost (docs/decoding.md)."""
     work = DeviceWork()
+    appends = []
+
+    def append(*arguments):
+        work.ops.append("append")
+        appends.append(arguments)
+        work.pausing(append_plainly)(*arguments)
+
     monkeypatch.setattr(interface, "varlen_outputs", work.pausing(interface.varlen_outputs))
     monkeypatch.setattr(prepost, "combine", work.pausing(prepost.combine))
+    monkeypatch.setattr(prepost, "append", append)
     q = torch.randn(3, 1, 4, 8, dtype=torch.float64)
     k_cache, v_cache = (torch.randn(3, 64, 2, 8, dtype=torch.float64) for _ in "kv")
     k, v = (torch.randn(3, 1, 2, 8, dtype=torch.float64) for _ in "kv")
     flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, causal=True)
     assert splitkv.plan(3, 1, 4, 2, 64, 0, q.device).splits > 1
+    work.ops.clear()  # (the first call's launch)
     with work:
         flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, causal=True)
     assert work.ops == expected
+    counts = appends[-1][7]
+    assert (counts is None) == isinstance(lengths, int), "the counts come with the writes where lengths are a tensor"

@@ -13,7 +13,7 @@ import torch
 
 import flashcute
 from flashcute.reference import attention_kvcache_ref
-from tests.helpers import check_against_spec
+from tests.helpers import check_against_spec, chunk_counts
 from tests.test_kvcache import Case, rotary_tables, rotate_plainly
 
 pytestmark = pytest.mark.gpu
@@ -289,3 +289,59 @@ def test_v_cache_with_a_head_dim_of_its_own(seqlen_q, options, paged, kernel):
             slots = (torch.full_like(positions, b), positions)
         keys, values = (cache[slots].cuda() for cache in (ref_k_cache, ref_v_cache))
         check_against_spec(out[b : b + 1], lse[b : b + 1], q[b : b + 1], keys[None], values[None], **options)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "slots, head_dims, seqlen_new",
+    [
+        ("batch", (128, 128), 1),
+        ("batch", (256, 64), 5),
+        ("rows", (72, 72), 3),
+        ("rows", (8, 256), 1),
+        ("pages", (128, 128), 1),
+        ("pages", (64, 192), 37),
+    ],
+)
+def test_the_append_writes_every_slot_inside_the_cache_and_nothing_else(slots, head_dims, seqlen_new, dtype):
+    """prepost.append (one launch: the new keys and values, and the split chunks' key counts) against its tensor
+    operations (append_plainly) on NaN-poisoned caches, element by element: lengths at 0, inside, at the capacity's
+    edge and past it, below 0; cache rows and pages out of range; new keys that are a strided view, and ones not
+    16-byte aligned (copied first). Every slot inside gets its value, nothing else changes."""
+    from flashcute.kernels.common import prepost
+    from tests.helpers import append_plainly
+
+    device, batch, nheads_k = torch.device("cuda", 0), 6, 3
+    page, pages = 16, 4
+    rows, seqlen = (batch * pages + 2, page) if slots == "pages" else (8, page * pages)
+    capacity = page * pages
+    generator = torch.Generator().manual_seed(seqlen_new * 1000 + head_dims[1])
+    lengths = torch.tensor([0, 7, capacity - seqlen_new, capacity - 1, capacity + 3, -2], dtype=torch.int32)
+    index = table = None
+    if slots == "rows":
+        index = torch.tensor([3, 0, 7, 8, 1, -1], dtype=torch.int32).to(device)  # 8 and -1: out of range
+    if slots == "pages":
+        table = torch.randperm(rows, generator=generator)[: batch * pages].view(batch, pages).int()
+        table[1, 0], table[2, -1] = rows + 5, -3  # pages out of range
+        table = table.to(device)
+    wide = [torch.randn(batch, seqlen_new, nheads_k, 2 * d, generator=generator).to(device, dtype) for d in head_dims]
+    k = wide[0][..., ::2]  # a strided view: copied before the launch
+    v = torch.empty(wide[1].numel() + 1, dtype=dtype, device=device)[1:].view(wide[1].shape)
+    v.copy_(wide[1])  # starts 2 bytes off a 16-byte boundary
+    v = v[..., : head_dims[1]]
+    caches = [torch.full((rows, seqlen, nheads_k, d), math.nan, dtype=dtype, device=device) for d in head_dims]
+    want = [c.clone() for c in caches]
+    splits, chunk = 3, 32
+    counts = torch.full((batch, splits), -99, dtype=torch.int32, device=device)
+    want_counts = counts.clone()
+    lengths = lengths.to(device)
+    prepost.append(lengths, k, v, *caches, index, table, counts, chunk)
+    append_plainly(lengths, k, v, *want, index, table, want_counts, chunk)
+    torch.cuda.synchronize()
+    for got, expected in zip(caches, want, strict=True):
+        assert torch.equal(got.isnan(), expected.isnan()), "the slots written"
+        assert torch.equal(got.nan_to_num(), expected.nan_to_num())
+    assert torch.equal(counts, want_counts)
+    counts_alone = torch.full_like(counts, -99)
+    prepost.append(lengths, None, None, *caches, counts=counts_alone, chunk=chunk)  # no keys: the counts alone
+    assert torch.equal(counts_alone.cpu(), chunk_counts(lengths.cpu(), 0, splits, chunk))

@@ -15,7 +15,7 @@ import flashcute
 from flashcute import interface, splitkv
 from flashcute.reference import attention_ref
 from flashcute.validation import validate_attention_args
-from tests.helpers import check_against_spec
+from tests.helpers import check_against_spec, chunk_counts
 
 
 @pytest.mark.parametrize(
@@ -116,19 +116,21 @@ def _sequences_rows(chunks: tuple[torch.Tensor, torch.Tensor], splits: int) -> l
 
 
 def test_chunks_of_an_appended_cache_read_what_key_chunks_read():
-    """SplitPlan.appended_chunks (two tensor operations a call, constant starts) against key_chunks of the clamped
-    ends: every sequence reads the same rows, and a cache filled past its capacity (a caller's error) or below 0
-    reads none of the next sequence's."""
+    """SplitPlan.appended_chunks (constant starts, and the counts prepost.append writes, chunk_counts) against
+    key_chunks of the clamped ends: every sequence reads the same rows, and a cache filled past its capacity (a
+    caller's error) or below 0 reads none of the next sequence's."""
     capacity, added = 1000, 3
     plan = splitkv.SplitPlan(4, 1, 8, 2, capacity, 3, "cpu")
     assert (plan.splits, plan.chunk) == (3, 384)
     first = splitkv.row_starts(4, capacity, "cpu")
     for lengths in ([0, 381, 997, 500], [1200, -7, 383, 765], [-3, 0, 1, 2]):
         lengths = torch.tensor(lengths, dtype=torch.int32)
-        got = plan.appended_chunks(lengths, added, capacity)
+        starts, counts = plan.appended_chunks(capacity)
+        assert counts.shape == (4, plan.splits) and counts.dtype == torch.int32
+        got = (starts, chunk_counts(lengths, added, plan.splits, plan.chunk).flatten())
         want = plan.key_chunks(first, (lengths + added).clamp(0, capacity), 4 * capacity)
         assert _sequences_rows(got, plan.splits) == _sequences_rows(want, plan.splits)
-    assert plan.appended_chunks(lengths, added, capacity)[0] is got[0], "the starts are made once"
+    assert plan.appended_chunks(capacity)[0] is starts, "the starts are made once"
 
 
 @pytest.mark.parametrize(

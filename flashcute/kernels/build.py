@@ -36,6 +36,15 @@ def fake_stats(shape: tuple):
     return cute.runtime.make_fake_tensor(cutlass.Float32, shape, stride=strides, assumed_align=4)
 
 
+def fake_int32(shape: tuple):
+    """An int32 tensor of ``shape`` with symbolic strides and a unit last stride: lengths, indices, page tables."""
+    import cutlass
+    import cutlass.cute as cute
+
+    strides = (*(cute.sym_int64() for _ in shape[:-1]), 1)
+    return cute.runtime.make_fake_tensor(cutlass.Int32, shape, stride=strides, assumed_align=4)
+
+
 class SymbolicProblem:
     """Symbolic sizes shared by every tensor of one compile, and fake tensors made from them."""
 
@@ -122,10 +131,7 @@ class SymbolicProblem:
         import cutlass
         import cutlass.cute as cute
 
-        table = cute.runtime.make_fake_tensor(
-            cutlass.Int32, (cute.sym_int(), cute.sym_int()), stride=(cute.sym_int64(), 1), assumed_align=4
-        )
-        return table, cutlass.Int32(0), cutlass.Int32(0)
+        return fake_int32((cute.sym_int(), cute.sym_int())), cutlass.Int32(0), cutlass.Int32(0)
 
     def q_tile_counters(self):
         """(batch, nheads, Q tiles) int32 with a unit last stride: an order counter per Q tile (common/semaphore.py)."""

@@ -1,28 +1,34 @@
 """The kernels every family runs around its own (the backward's preprocess and postprocess, split-KV attention's
-combine): their compile functions and launches."""
+combine, a decoding step's writes into its cache): their compile functions and launches."""
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
 from flashcute.kernels.common.prepost_build import compile
 from flashcute.kernels.common.prepost_config import (
+    AppendConfig,
     BwdPostConfig,
     BwdPreConfig,
     CombineConfig,
+    append_config,
     bwd_post_config,
     bwd_pre_config,
     combine_config,
 )
 from flashcute.kernels.launch import compiled, dtype_name, run_on_device
 
-CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig)
+CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig, AppendConfig)
 
 
-def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostConfig | CombineConfig]:
+def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostConfig | CombineConfig | AppendConfig]:
     """The preprocess (zeroing dQaccum or not, with the LSE a tiled backward reads or not), the postprocess and the
     combine, per dtype x head-dim bucket (x exact/padded head dim; at the exact head dims also the preprocess with
-    the LSE's gradient, the sinks' or both, and the combine with sinks); they have no mask."""
+    the LSE's gradient, the sinks' or both, and the combine with sinks); they have no mask. Then a decoding step's
+    writes per dtype (any head dim): the key counts alone, and the keys into each kind of cache, with the counts
+    or without."""
     configs = []
     for dtype in dtypes:
         for bucket in buckets:
@@ -35,6 +41,10 @@ def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostCo
                 scores = {"dlse": dlse, "sink": sink}
                 configs += [bwd_pre_config(bucket, dtype, **scores), bwd_pre_config(bucket, dtype, False, **scores)]
                 configs.append(bwd_pre_config(bucket, dtype, lse_log2=True, **scores))
+    for dtype in dtypes:
+        configs.append(append_config(dtype, keys=False, counts=True))
+        for slots, counts in itertools.product(({}, {"batch_index": True}, {"pages": True}), (False, True)):
+            configs.append(append_config(dtype, keys=True, counts=counts, **slots))
     return configs
 
 
@@ -98,3 +108,42 @@ def combine(
     # every argument by position, None where the variant left it out: a kernel loaded from the disk cache takes
     # all of them (only the function compiled in this process fills in the ones left out)
     run_on_device(out.device, compiled(config, out.device, compile), partial_out, partial_lse, out, lse, sink)
+
+
+def append(
+    lengths: torch.Tensor,
+    k: torch.Tensor | None,
+    v: torch.Tensor | None,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_batch_idx: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    counts: torch.Tensor | None = None,
+    chunk: int = 0,
+) -> None:
+    """A decoding step's writes (append.KvCacheAppend), one launch: k, v (batch, seqlen_new, nheads_k, head dims
+    multiples of 8), when given, into k_cache and v_cache at positions lengths[b] .. lengths[b] + seqlen_new - 1 of
+    sequence b (lengths int32 (batch,)): cache row cache_batch_idx[b] (int32; default b) of a (batch_cache,
+    seqlen_cache, nheads_k, head dim) cache, or with block_table (int32 (batch, max_pages)) page block_table[b, p //
+    page_size] at row p % page_size of a (pages, page_size, nheads_k, head dim) cache; slots outside the cache are
+    not written. With ``counts``, int32 (batch, splits), rows contiguous: counts[b, s] = max(lengths[b] +
+    seqlen_new - s * chunk, 0). The caches' rows must be 16-byte aligned (the attention's need as well); new keys
+    and values whose rows are not are copied first."""
+    if k is not None:
+        k, v = _vectors(k), _vectors(v)
+    keys = k is not None
+    slots = {"pages": keys and block_table is not None, "batch_index": keys and cache_batch_idx is not None}
+    config = append_config(dtype_name(k_cache), keys, counts=counts is not None, **slots)
+    if not keys:
+        k_cache = v_cache = None
+    tensors = (lengths, k, v, k_cache, v_cache, cache_batch_idx if slots["batch_index"] else None)
+    tensors += (block_table if slots["pages"] else None, counts)
+    run_on_device(lengths.device, compiled(config, lengths.device, compile), *tensors, chunk)
+
+
+def _vectors(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with rows of whole 16-byte vectors (a unit last stride, other strides multiples of 8 elements, a 16-byte
+    aligned start), copied into such a tensor where it is not."""
+    if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1]):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)

@@ -7,23 +7,45 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flashcute.kernels.common.prepost_config import BwdPostConfig, BwdPreConfig, CombineConfig
+from flashcute.kernels.common.prepost_config import AppendConfig, BwdPostConfig, BwdPreConfig, CombineConfig
 
 
-def compile(config: BwdPreConfig | BwdPostConfig | CombineConfig, arch: str, dump_dir: Path | None = None):
+def compile(
+    config: BwdPreConfig | BwdPostConfig | CombineConfig | AppendConfig, arch: str, dump_dir: Path | None = None
+):
     """The preprocess: (out, dout, d, dq_accum or None, lse or None, lse_log2 or None, dlse or None, sink or None,
     sink_grad or None), d (batch, nheads, rows) float32 (rows may pass seqlen_q with ``config.lse_log2``), dq_accum
     float32, zeroed by the kernel, None when ``config.clear_dq_accum`` is off; lse (batch, nheads, seqlen_q) with
     ``config.lse_log2`` or ``config.sink``, lse_log2 (batch, nheads, rows) with ``config.lse_log2``; dlse shaped like
     lse with ``config.dlse``; sink (nheads,) and sink_grad shaped like lse with ``config.sink``. The postprocess:
     (dq_accum, dq, softmax_scale). The combine: (partial_out, partial_lse, out, lse, sink), combine.SplitKvCombine's
-    tensors, sink only with ``config.sink``."""
+    tensors, sink only with ``config.sink``. The append: (lengths, k, v, k_cache, v_cache, cache_batch_idx,
+    block_table, counts, chunk), append.KvCacheAppend's, None for what ``config`` leaves out."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
     import cutlass.cute as cute
 
-    from flashcute.kernels.build import SymbolicProblem, compile_kernel, fake_rows, fake_stats
+    from flashcute.kernels.build import SymbolicProblem, compile_kernel, fake_int32, fake_rows, fake_stats
 
+    if isinstance(config, AppendConfig):
+        from flashcute.kernels.common.append import KvCacheAppend
+        from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
+
+        dtype = CUTLASS_DTYPES[config.dtype]
+
+        def rows(shape):  # any head dim, a multiple of 8 (16-byte vectors)
+            return fake_rows(dtype, (*shape, cute.sym_int(divisibility=8)))
+
+        batch, seqlen_new, nheads_k, cache_rows, slot_rows = (cute.sym_int() for _ in range(5))
+        keys = [None] * 4
+        if config.keys:
+            new, cache = (batch, seqlen_new, nheads_k), (cache_rows, slot_rows, nheads_k)
+            keys = [rows(new), rows(new), rows(cache), rows(cache)]
+        table = fake_int32((batch, cute.sym_int())) if config.pages else None  # (batch, max_pages)
+        counts = fake_int32((batch, cute.sym_int())) if config.counts else None  # (batch, splits)
+        index = fake_int32((batch,)) if config.batch_index else None
+        tensors = (fake_int32((batch,)), *keys, index, table, counts)
+        return compile_kernel(KvCacheAppend(config), config, arch, dump_dir, *tensors, scalars=(cutlass.Int32(0),))
     p = SymbolicProblem(config)
     if isinstance(config, BwdPreConfig):
         from flashcute.kernels.common.bwd_pre import FlashAttentionBackwardPreprocess

@@ -123,3 +123,29 @@ def combine_config(head_dim: int, dtype: str, sink: bool = False) -> CombineConf
     # 4 warps: 8 rows a block at D=128; a few thousand rows a call, so the launch, not the kernel, is the cost
     exact = head_dim == bucket
     return CombineConfig(dtype=dtype, head_dim_padded=bucket, exact_head_dim=exact, num_warps=4, sink=sink)
+
+
+@dataclass(frozen=True)
+class AppendConfig:
+    """A decoding step's writes before its attention (kernels/common/append.py): with ``keys``, the new keys and
+    values into a cache whose slots are cache rows by batch (``batch_index``: picked by cache_batch_idx) or pages
+    (``pages``: block_table's); with ``counts``, the split-KV chunks' key counts. Head dims are sizes of the
+    launch, not of the build."""
+
+    dtype: str
+    keys: bool
+    pages: bool = False
+    batch_index: bool = False
+    counts: bool = False
+
+    @property
+    def label(self) -> str:
+        """ "append-bfloat16-pages-counts" ("-rows" with batch_index; "append-bfloat16-counts" without keys)."""
+        slots = ("-pages" if self.pages else "") + ("-rows" if self.batch_index else "")
+        return f"append-{self.dtype}{'-keys' if self.keys else ''}{slots}{'-counts' if self.counts else ''}"
+
+
+@functools.cache
+def append_config(dtype: str, keys: bool, pages: bool = False, batch_index: bool = False, counts: bool = False):
+    """The config of a decoding step's writes (nothing to choose: a thread a 16-byte vector, as the launch needs)."""
+    return AppendConfig(dtype=dtype, keys=keys, pages=pages, batch_index=batch_index, counts=counts)
