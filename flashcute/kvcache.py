@@ -142,14 +142,22 @@ def flash_attn_with_kvcache(
     tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad)
     values_read = isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.device.type == "cpu"  # (checked finite)
     key = None if values_read else _signature(*tensors, block_table, *options, kernel)
-    args = _checked.get(key) if key is not None else None
-    if args is None:
+    checked = _checked.get(key) if key is not None else None
+    if checked is None:
         args = _validate(*tensors, block_table, *options, kernel)
+        if q.is_cuda and torch.cuda.is_current_stream_capturing():  # (a step keeps tensors: none in a graph's pool)
+            key = None
+        step = None if key is None else DecodeStep.of(args, *tensors[:3], *tensors[7:], block_table, num_splits, kernel)
         if key is not None:  # (kept without the tensors: the calls pass their own)
             if len(_checked) >= MAX_SIGNATURES:
                 _checked.clear()
-            _checked[key] = dataclasses.replace(args, attention=args.attention.without_tensors())
+            _checked[key] = (dataclasses.replace(args, attention=args.attention.without_tensors()), step)
+    else:
+        args, step = checked
     return_lse = return_lse or return_softmax_lse
+    if step is not None:
+        out, lse = step(q, k_cache, v_cache, k, v, cache_seqlens, block_table, learnable_sink)
+        return (out, lse) if return_lse else out
     if pads_head_dims(args.attention):  # (not multiples of 8: zero-padded copies, the caches' included)
         q, k_padded, v_padded, k, v = interface.pad_head_dims(q, k_cache, v_cache, k, v)
         options = {"window_size": window_size, "softcap": softcap, "rotary_interleaved": rotary_interleaved}
@@ -286,6 +294,80 @@ def flash_attn_with_kvcache(
     return out, lse.view(nheads, batch, seqlen_q).transpose(0, 1).contiguous()
 
 
+class DecodeStep:
+    """What one call signature of the calls decoding loops repeat decides once: one query row a sequence (or a few
+    without a mask) on the split path, no left padding, rotary embedding, cache_batch_idx or ALiBi, head dims that
+    are multiples of 8, and a cache read where it lies (indexed by batch, or pages the family reads in place). A
+    call then runs the writes and key counts (prepost.append) and the split attention (SplitPlan.attention) with
+    the split plan and the constant tensors its first call found: the launches the general path makes for such a
+    call, less the host's time deciding them again (docs/decoding.md, Host time)."""
+
+    __slots__ = ("appends", "batch", "capacity", "chunks", "kernel", "lengths", "page_size", "scalars", "split")
+
+    def __init__(self, args: KvcacheArgs, q, cache_seqlens, block_table, num_splits, kernel):
+        batch, seqlen_q, nheads, _ = q.shape
+        a = args.attention
+        self.batch, self.capacity, self.appends, self.kernel = batch, args.capacity, args.seqlen_new > 0, kernel
+        self.split = split = splitkv.plan(batch, seqlen_q, nheads, a.nheads_k, self.capacity, num_splits, q.device)
+        self.page_size = args.page_block_size if block_table is not None else 0
+        self.scalars = (a.softmax_scale, a.softcap)
+        self.lengths = self.chunks = None  # (tensor lengths: the append kernel counts each call's chunk keys)
+        if not isinstance(cache_seqlens, torch.Tensor):  # one length for every sequence, or the whole capacity
+            filled = self.capacity if cache_seqlens is None else int(cache_seqlens)
+            self.lengths = splitkv.filled(batch, filled, q.device)
+            self.chunks = split.constant_chunks(self.capacity, 0, min(filled + args.seqlen_new, self.capacity))
+
+    @classmethod
+    def of(cls, args: KvcacheArgs, q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
+           num_splits, kernel) -> DecodeStep | None:  # fmt: skip
+        """The signature's step, or None where the call takes the general path."""
+        a = args.attention
+        seqlen_q = q.shape[1]
+        window_left, window_right = interface.kernel_window(a)
+        unmasked = splitkv.tail_keys(seqlen_q, window_left, window_right) == 0 and not (
+            seqlen_q == 1 and a.window_left >= 0
+        )  # (a masked tail or one query's window: the general path's key ranges)
+        plain = (
+            unmasked and not pads_head_dims(a) and args.rotary_dim == 0 and cache_batch_idx is None
+            and cache_leftpad is None and a.alibi_slopes is None and q.numel() > 0 and args.capacity > 0
+            and interface.readable("q", q) is q
+        )  # fmt: skip
+        if block_table is None:  # the rows of the first batch sequences as one tensor
+            plain = plain and all(t.stride(0) == t.shape[1] * t.stride(1) for t in (k_cache, v_cache))
+        else:
+            in_place = _pages_in_place(k_cache, v_cache, kernel, args.page_block_size)
+            plain = plain and block_table.stride(1) == 1 and in_place
+        if not plain:
+            return None
+        return cls(args, q, cache_seqlens, block_table, num_splits, kernel or "auto")
+
+    def __call__(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table, learnable_sink):
+        split, batch = self.split, self.batch
+        new = (k, v) if self.appends else (None, None)
+        if self.chunks is None:  # the writes and each chunk's key count, from the lengths on the device
+            cu_seqlens_k, counts = split.appended_chunks(self.capacity)
+            prepost.append(cache_seqlens, *new, k_cache, v_cache, None, block_table, counts, split.chunk)
+            chunks = (cu_seqlens_k, counts.view(-1))
+        else:
+            if self.appends:
+                prepost.append(self.lengths, *new, k_cache, v_cache, None, block_table)
+            chunks = self.chunks
+        nheads_k = k_cache.shape[2]
+        if self.page_size:
+            keys, values = k_cache.view(-1, nheads_k, k_cache.shape[-1]), v_cache.view(-1, nheads_k, v_cache.shape[-1])
+            pages = (block_table, self.page_size, self.capacity)
+        else:
+            if k_cache.shape[0] != batch:  # (the first batch sequences' rows)
+                k_cache, v_cache = k_cache[:batch], v_cache[:batch]
+            rows = batch * self.capacity
+            keys, values = k_cache.view(rows, nheads_k, -1), v_cache.view(rows, nheads_k, -1)
+            pages = ()
+        softmax_scale, softcap = self.scalars
+        return split.attention(
+            q, keys, values, chunks, softmax_scale, self.kernel, softcap, learnable_sink, pages=pages
+        )
+
+
 def _validate(q, k_cache, v_cache, *rest) -> KvcacheArgs:
     """flash_attn_with_kvcache's arguments checked in full (validate_kvcache_args, the kernels' needs of the tensors
     read where they lie, the kernel's name), before anything is written; ``rest`` in the entry's order, then
@@ -302,7 +384,7 @@ def _validate(q, k_cache, v_cache, *rest) -> KvcacheArgs:
 
 # The checked arguments of the call signatures seen so far: a decoding loop repeats one signature every step, and
 # the full checks took about a quarter of a call's host time. Starts over past MAX_SIGNATURES.
-_checked: dict[tuple, KvcacheArgs] = {}
+_checked: dict[tuple, tuple[KvcacheArgs, DecodeStep | None]] = {}
 MAX_SIGNATURES = 1024
 _SCALAR_TYPES = (type(None), bool, int, float, str)
 
@@ -316,6 +398,9 @@ def _signature(*arguments) -> tuple | None:
         return None
     key = []
     for a in arguments:
+        if a is None:  # (most of them: the first test)
+            key.append(None)
+            continue
         kind = type(a)
         if kind is torch.Tensor or isinstance(a, torch.Tensor):
             key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16))

@@ -26,8 +26,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from flashcute.kernels import registry
 from flashcute.kernels.common import prepost
-from flashcute.kernels.launch import num_sms
+from flashcute.kernels.launch import dtype_name, num_sms
 
 KEY_TILE = 128
 """Split lengths are whole multiples of this many keys (the largest K/V tile), so only a sequence's last tile is
@@ -108,6 +109,14 @@ class SplitPlan:
             self._offsets = _kept(offsets)
         return offsets
 
+    def cu_seqlens_q(self) -> torch.Tensor:
+        """int32 (batch * splits + 1,): where each (sequence, chunk) pair's packed query rows start (made once)."""
+        cu_seqlens_q = self._cu_seqlens_q
+        if cu_seqlens_q is None:
+            cu_seqlens_q = row_starts(self.batch * self.splits + 1, self.rows, self.device)
+            self._cu_seqlens_q = _kept(cu_seqlens_q)
+        return cu_seqlens_q
+
     def constant_chunks(self, seq_rows: int, first: int, last: int) -> tuple[torch.Tensor, torch.Tensor]:
         """key_chunks when every sequence attends its keys first .. last - 1, sequence b's rows starting at b *
         seq_rows (a cache filled to one length): the same tensors at every such call, made once (a few lengths
@@ -162,7 +171,7 @@ class SplitPlan:
         keys and values are a cache's pages, read where they lie (interface.varlen_outputs). Returns
         out (batch, seqlen_q, nheads, values' head dim) and lse (batch, nheads, seqlen_q) float32; a query with no
         key gets O = 0 and LSE = -inf (the sink, with one). Validated inputs only (the callers' checks)."""
-        from flashcute.interface import kernel_sink, varlen_outputs
+        from flashcute.interface import kernel_sink
 
         batch, seqlen_q, nheads, headdim = q.shape
         nheads_k, group, rows, splits = self.nheads_k, self.group, self.rows, self.splits
@@ -176,19 +185,11 @@ class SplitPlan:
             else:
                 lse.copy_(sink[:, None].expand(nheads, seqlen_q))
             return out.zero_(), lse
-        cu_seqlens_q = self._cu_seqlens_q
-        if cu_seqlens_q is None:
-            cu_seqlens_q = torch.arange(0, (batch * splits + 1) * rows, rows, dtype=torch.int32, device=q.device)
-            self._cu_seqlens_q = _kept(cu_seqlens_q)
         # sequence (b, s) of the packed batch: the queries of b, packed by kv head, and chunk s of b's keys
-        queries = q.reshape(batch, seqlen_q, nheads_k, group, headdim).transpose(2, 3)
-        queries = queries[:, None].expand(batch, splits, seqlen_q, group, nheads_k, headdim)
+        queries = q.view(batch, 1, seqlen_q, nheads_k, group, headdim).transpose(3, 4)
+        queries = queries.expand(batch, splits, seqlen_q, group, nheads_k, headdim)
         queries = queries.reshape(batch * splits * rows, nheads_k, headdim)
-        cu_seqlens_k, key_used = key_chunks
-        partial_out, partial_lse = varlen_outputs(
-            queries, keys, values, cu_seqlens_q, cu_seqlens_k, None, key_used, rows, self.chunk, softmax_scale, -1,
-            -1, kernel, softcap, pages=pages,
-        )  # fmt: skip
+        partial_out, partial_lse = self.attend(queries, keys, values, key_chunks, softmax_scale, kernel, softcap, pages)
         partial_out = partial_out.view(batch, splits, rows, nheads_k, headdim_v)
         partial_lse = partial_lse.view(nheads_k, batch, splits, rows)
         if tail is not None:
@@ -203,6 +204,39 @@ class SplitPlan:
             None if sink is None else sink.view(nheads_k, group),
         )
         return out, lse
+
+    def attend(
+        self,
+        queries: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        key_chunks: tuple[torch.Tensor, torch.Tensor],
+        softmax_scale: float,
+        kernel: str,
+        softcap: float,
+        pages: tuple,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The packed launch of the (sequence, chunk) pairs, unmasked (interface.varlen_outputs' launch for
+        validated, non-empty inputs, without its general cases: a decoding call's host time is mostly such steps):
+        partial out (rows, nheads_k, values' head dim) and partial lse (nheads_k, rows) float32."""
+        cu_seqlens_q = self.cu_seqlens_q()
+        total, headdim_v = queries.shape[0], values.shape[-1]
+        partial_out = queries.new_empty((total, self.nheads_k, headdim_v))
+        partial_lse = queries.new_empty((self.nheads_k, total), dtype=torch.float32)
+        scores = {"softcap": softcap > 0, "head_dim_v": headdim_v, "page_size": pages[1] if pages else 0}
+        name, dtype = None if kernel == "auto" else kernel, dtype_name(queries)
+        launch = registry.forward_launcher(self.device, dtype, queries.shape[-1], -1, -1, name, True, **scores)
+        if keys.data_ptr() % 16 or values.data_ptr() % 16:  # (the kernels' 128-bit loads: a copy that starts on one)
+            from flashcute.interface import aligned_inputs
+
+            keys, values = aligned_inputs(keys, values)
+        packed = (cu_seqlens_q, key_chunks[0], cu_seqlens_q[1:], key_chunks[1], self.rows, self.chunk)
+        paged = {"pages": pages} if pages else {}
+        launch(
+            queries[None], keys[None], values[None], partial_out[None], partial_lse[None], softmax_scale, 0, packed,
+            softcap, None, None, **paged,
+        )  # fmt: skip
+        return partial_out, partial_lse
 
     def _with_tail(self, q, keys, values, tail, partial_out, partial_lse, softmax_scale, kernel, softcap, pages):
         """The splits' partial O and LSE with the tail's as one more split: the tail's keys attended by a masked

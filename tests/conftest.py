@@ -30,13 +30,21 @@ def kernel(request) -> str:
 def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
     """The split-KV path (flash_attn_with_kvcache, flash_attn_func) on CPU tensors: the CUDA kernels' input checks
     pass them through, the packed launch is the float64 stand-in (reading a paged cache where it lies, as the
-    Hopper kernels do: registry.reads_pages says yes), the combine ``combine_plainly``, the cache's writes
-    ``append_plainly``, and split-KV cuts keys into
-    chunks of 2 (at least 4 to a split, for a GPU of 132 SMs), so that small caches split."""
+    Hopper kernels do: registry.reads_pages says yes; on the split path SplitPlan.attend's), the combine
+    ``combine_plainly``, the cache's writes ``append_plainly``, and split-KV cuts keys into chunks of 2 (at least 4
+    to a split, for a GPU of 132 SMs), so that small caches split."""
     launch = PackedLaunchStandIn()
     monkeypatch.setattr(interface, "varlen_outputs", launch)
     monkeypatch.setattr(prepost, "combine", combine_plainly)
     monkeypatch.setattr(prepost, "append", append_plainly)
+
+    def attend(split, queries, keys, values, key_chunks, softmax_scale, kernel, softcap, pages):
+        return launch(
+            queries, keys, values, split.cu_seqlens_q(), key_chunks[0], None, key_chunks[1], split.rows, split.chunk,
+            softmax_scale, -1, -1, kernel, softcap, pages=pages,
+        )  # fmt: skip
+
+    monkeypatch.setattr(splitkv.SplitPlan, "attend", attend)  # the split path's packed launch
     for module in (validation, interface):
         monkeypatch.setattr(module, "validate_cuda_inputs", lambda q, k, v, args: (q, k, v))
     monkeypatch.setattr(validation, "check_cuda_tensors", lambda tensors, args: None)

@@ -708,6 +708,7 @@ def test_a_decoding_step_launches_little_besides_the_attention(monkeypatch, stan
         work.pausing(append_plainly)(*arguments)
 
     monkeypatch.setattr(interface, "varlen_outputs", work.pausing(interface.varlen_outputs))
+    monkeypatch.setattr(splitkv.SplitPlan, "attend", work.pausing(splitkv.SplitPlan.attend))
     monkeypatch.setattr(prepost, "combine", work.pausing(prepost.combine))
     monkeypatch.setattr(prepost, "append", append)
     q = torch.randn(3, 1, 4, 8, dtype=torch.float64)
@@ -719,5 +720,87 @@ def test_a_decoding_step_launches_little_besides_the_attention(monkeypatch, stan
     with work:
         flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, causal=True)
     assert work.ops == expected
-    counts = appends[-1][7]
+    counts = appends[-1][7] if len(appends[-1]) > 7 else None
     assert (counts is None) == isinstance(lengths, int), "the counts come with the writes where lengths are a tensor"
+
+
+# Signatures of decoding loops (DecodeStep's) and of the general path, each (call options, whether a step runs it)
+STEP_CASES = [
+    ({"seqlen_q": 1, "append": True, "lengths": "tensor", "causal": True}, True),
+    ({"seqlen_q": 1, "append": True, "lengths": "int"}, True),
+    ({"seqlen_q": 1, "append": False, "lengths": "tensor"}, True),
+    ({"seqlen_q": 1, "append": False, "lengths": "none"}, True),
+    ({"seqlen_q": 3, "append": True, "lengths": "tensor"}, True),  # several rows, no mask: no tail
+    ({"seqlen_q": 1, "append": True, "lengths": "tensor", "page": 4, "causal": True}, True),
+    ({"seqlen_q": 1, "append": True, "lengths": "int", "page": 8, "softcap": 5.0, "sink": True}, True),
+    ({"seqlen_q": 3, "append": True, "lengths": "tensor", "causal": True}, False),  # a masked tail
+    ({"seqlen_q": 1, "append": True, "lengths": "tensor", "window_size": (5, 0)}, False),  # one query's window
+    ({"seqlen_q": 1, "append": True, "lengths": "tensor", "leftpad": True}, False),
+    ({"seqlen_q": 1, "append": True, "lengths": "tensor", "batch_idx": True}, False),
+    ({"seqlen_q": 1, "append": True, "lengths": "tensor", "rotary": True, "causal": True}, False),
+    ({"seqlen_q": 1, "append": False, "lengths": "tensor", "alibi": True}, False),
+]
+
+
+def step_call(seqlen_q, append, lengths, page=0, leftpad=False, batch_idx=False, rotary=False, alibi=False,
+              sink=False, **options):  # fmt: skip
+    """flash_attn_with_kvcache's arguments for a STEP_CASES case (batch 3, 4 query heads over 2, capacity 32),
+    drawn from a fixed seed: the same tensors at every call."""
+    generator = torch.Generator().manual_seed(7)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    batch, capacity = 3, 32
+    headdim = 8
+    arguments = {"q": draw(batch, seqlen_q, 4, headdim), **options}
+    if page:
+        arguments["k_cache"], arguments["v_cache"] = (
+            draw(3 * capacity // page + 1, page, 2, headdim),
+            draw(3 * capacity // page + 1, page, 2, headdim),
+        )
+        table = torch.randperm(3 * capacity // page + 1, generator=generator)[: 3 * capacity // page]
+        arguments["block_table"] = table.view(batch, capacity // page).int()
+    else:
+        arguments["k_cache"], arguments["v_cache"] = (
+            draw(batch + 1, capacity, 2, headdim),
+            draw(batch + 1, capacity, 2, headdim),
+        )
+    new = 2 if append else 0
+    if append:
+        arguments["k"], arguments["v"] = draw(batch, new, 2, headdim), draw(batch, new, 2, headdim)
+    filled = [0, 17, capacity - new]
+    if lengths == "tensor":
+        arguments["cache_seqlens"] = torch.tensor(filled, dtype=torch.int32)
+    elif lengths == "int":
+        arguments["cache_seqlens"] = 13
+    if leftpad:
+        arguments["cache_leftpad"] = torch.tensor([0, 3, 1], dtype=torch.int32)
+    if batch_idx:
+        arguments["cache_batch_idx"] = torch.tensor([2, 0, 3], dtype=torch.int32)
+    if rotary:
+        arguments["rotary_cos"], arguments["rotary_sin"] = draw(capacity, 2).cos(), draw(capacity, 2).sin()
+    if alibi:
+        arguments["alibi_slopes"] = draw(batch, 4).abs().float()
+    if sink:
+        arguments["learnable_sink"] = draw(4)
+    return arguments
+
+
+@pytest.mark.parametrize("case, stepped", STEP_CASES, ids=[str(c) for c, _ in STEP_CASES])
+def test_a_decoding_step_runs_what_the_general_path_runs(monkeypatch, stand_in, case, stepped):
+    """A repeated signature of the calls decoding loops make runs its DecodeStep, which must give what the general
+    path gives for the same call: out, LSE and both caches, exactly (the stand-ins' float64). Other signatures
+    keep the general path."""
+    results = []
+    of = kvcache.DecodeStep.of
+    steps = [False]
+    monkeypatch.setattr(kvcache.DecodeStep, "of", classmethod(lambda cls, *a: of(*a) if steps[0] else None))
+    for steps[0] in (False, True):
+        kvcache._checked.clear()
+        arguments = step_call(**case)
+        out, lse = flash_attn_with_kvcache(**arguments, return_lse=True)
+        results.append((out, lse, arguments["k_cache"], arguments["v_cache"]))
+    assert any(entry[1] is not None for entry in kvcache._checked.values()) == stepped
+    for general, stepped_result in zip(*results, strict=True):
+        torch.testing.assert_close(stepped_result, general, rtol=0, atol=0)
