@@ -220,15 +220,14 @@ def flash_attn_with_kvcache(
     # The new keys and values into the cache, and where a plain decoding step's chunks end (end None: the keys
     # count from cache_seqlens, SplitPlan.appended_chunks), in one launch before anything reads the cache.
     appended = split.appended_chunks(capacity) if end is None else None
+    table = block_table if block_table is None or block_table.stride(1) == 1 else block_table.contiguous()
     if (k is not None and args.seqlen_new) or appended is not None:
         new = (k, v) if k is not None and args.seqlen_new else (None, None)
-        table = block_table if block_table is None or block_table.stride(1) == 1 else block_table.contiguous()
         chunks = (appended[1], split.chunk) if appended is not None else (None,)
         prepost.append(cache_seqlens, *new, k_cache, v_cache, cache_batch_idx, table, *chunks)
     pages = ()
     if in_place:  # the pages' rows; the launches number sequence b's positions from b * capacity
-        keys, values = (t.view(-1, nheads_k, t.shape[-1]) for t in (k_cache, v_cache))
-        table = block_table if block_table.stride(1) == 1 else block_table.contiguous()  # (the kernels' layout)
+        keys, values = _cache_rows(k_cache, v_cache)
         pages = (table, args.page_block_size, capacity)
     else:
         if block_table is not None:
@@ -352,16 +351,10 @@ class DecodeStep:
             if self.appends:
                 prepost.append(self.lengths, *new, k_cache, v_cache, None, block_table)
             chunks = self.chunks
-        nheads_k = k_cache.shape[2]
-        if self.page_size:
-            keys, values = k_cache.view(-1, nheads_k, k_cache.shape[-1]), v_cache.view(-1, nheads_k, v_cache.shape[-1])
-            pages = (block_table, self.page_size, self.capacity)
-        else:
-            if k_cache.shape[0] != batch:  # (the first batch sequences' rows)
-                k_cache, v_cache = k_cache[:batch], v_cache[:batch]
-            rows = batch * self.capacity
-            keys, values = k_cache.view(rows, nheads_k, -1), v_cache.view(rows, nheads_k, -1)
-            pages = ()
+        pages = (block_table, self.page_size, self.capacity) if self.page_size else ()
+        if not pages and k_cache.shape[0] != batch:  # (the first batch sequences' rows)
+            k_cache, v_cache = k_cache[:batch], v_cache[:batch]
+        keys, values = _cache_rows(k_cache, v_cache)
         softmax_scale, softcap = self.scalars
         return split.attention(
             q, keys, values, chunks, softmax_scale, self.kernel, softcap, learnable_sink, pages=pages
@@ -428,12 +421,18 @@ def paged_keys(
     batch, capacity = block_table.shape[0], block_table.shape[1] * page_size
     cu_seqlens_k = splitkv.row_starts(batch + 1, capacity, block_table.device)
     if _pages_in_place(k_cache, v_cache, kernel, page_size):
-        keys, values = (t.view(-1, *t.shape[2:]) for t in (k_cache, v_cache))
+        keys, values = _cache_rows(k_cache, v_cache)
         table = block_table if block_table.stride(1) == 1 else block_table.contiguous()  # (the kernels' layout)
         return keys, values, cu_seqlens_k, (table, page_size, capacity)
     keys, values = _gather_pages(k_cache, v_cache, block_table, page_size, None, key_counts)
     keys, values = (t.view(batch * capacity, *t.shape[2:]) for t in (keys, values))
     return keys, values, cu_seqlens_k, ()
+
+
+def _cache_rows(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A cache as the packed kernels read it where it lies: (rows, nheads_k, head dim), its first two dims merged
+    (pages * page_size, or batch * seqlen_cache rows; a view where they merge, as the callers check)."""
+    return k_cache.flatten(0, 1), v_cache.flatten(0, 1)
 
 
 def _pages_in_place(k_cache: torch.Tensor, v_cache: torch.Tensor, kernel: str | None, page_size: int) -> bool:
