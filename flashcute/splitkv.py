@@ -83,7 +83,7 @@ class SplitPlan:
         self.splits = max(1, math.ceil(max_keys / self.chunk))  # none left empty by the rounding
         self.max_keys = max_keys
         self._offsets: torch.Tensor | None = None
-        self._cu_seqlens_q: torch.Tensor | None = None
+        self._query_rows: tuple[torch.Tensor, torch.Tensor] | None = None
         self._constant_chunks: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._appended: dict[int, torch.Tensor] = {}
 
@@ -109,13 +109,17 @@ class SplitPlan:
             self._offsets = _kept(offsets)
         return offsets
 
-    def cu_seqlens_q(self) -> torch.Tensor:
-        """int32 (batch * splits + 1,): where each (sequence, chunk) pair's packed query rows start (made once)."""
-        cu_seqlens_q = self._cu_seqlens_q
-        if cu_seqlens_q is None:
+    def query_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cu_seqlens_q, seqused_q) of the packed batch, made once: int32 (batch * splits + 1,), where each
+        (sequence, chunk) pair's packed query rows start, and its view (batch * splits,) from the second on, where
+        they end (the rows a pair uses are all of its rows)."""
+        rows = self._query_rows
+        if rows is None:
             cu_seqlens_q = row_starts(self.batch * self.splits + 1, self.rows, self.device)
-            self._cu_seqlens_q = _kept(cu_seqlens_q)
-        return cu_seqlens_q
+            rows = (cu_seqlens_q, cu_seqlens_q[1:])
+            if _kept(cu_seqlens_q) is not None:
+                self._query_rows = rows
+        return rows
 
     def constant_chunks(self, seq_rows: int, first: int, last: int) -> tuple[torch.Tensor, torch.Tensor]:
         """key_chunks when every sequence attends its keys first .. last - 1, sequence b's rows starting at b *
@@ -188,7 +192,7 @@ class SplitPlan:
         # sequence (b, s) of the packed batch: the queries of b, packed by kv head, and chunk s of b's keys
         queries = q.view(batch, 1, seqlen_q, nheads_k, group, headdim).transpose(3, 4)
         queries = queries.expand(batch, splits, seqlen_q, group, nheads_k, headdim)
-        queries = queries.reshape(batch * splits * rows, nheads_k, headdim)
+        queries = queries.reshape(1, batch * splits * rows, nheads_k, headdim)  # (the launch's batch of one)
         partial_out, partial_lse = self.attend(queries, keys, values, key_chunks, softmax_scale, kernel, softcap, pages)
         partial_out = partial_out.view(batch, splits, rows, nheads_k, headdim_v)
         partial_lse = partial_lse.view(nheads_k, batch, splits, rows)
@@ -216,13 +220,15 @@ class SplitPlan:
         softcap: float,
         pages: tuple,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The packed launch of the (sequence, chunk) pairs, unmasked (interface.varlen_outputs' launch for
-        validated, non-empty inputs, without its general cases: a decoding call's host time is mostly such steps):
-        partial out (rows, nheads_k, values' head dim) and partial lse (nheads_k, rows) float32."""
-        cu_seqlens_q = self.cu_seqlens_q()
-        total, headdim_v = queries.shape[0], values.shape[-1]
-        partial_out = queries.new_empty((total, self.nheads_k, headdim_v))
-        partial_lse = queries.new_empty((self.nheads_k, total), dtype=torch.float32)
+        """The packed launch of the (sequence, chunk) pairs' queries (1, rows, nheads_k, headdim), unmasked
+        (interface.varlen_outputs' launch for validated, non-empty inputs, without its general cases: a decoding
+        call's host time is mostly such steps): partial out (1, rows, nheads_k, values' head dim) and partial lse
+        (1, nheads_k, rows) float32. Each tensor operation costs the host a few microseconds, so the tensors are
+        made in the launch's layouts, not viewed into them."""
+        cu_seqlens_q, seqused_q = self.query_rows()
+        total, headdim_v = queries.shape[1], values.shape[-1]
+        partial_out = queries.new_empty((1, total, self.nheads_k, headdim_v))
+        partial_lse = queries.new_empty((1, self.nheads_k, total), dtype=torch.float32)
         scores = {"softcap": softcap > 0, "head_dim_v": headdim_v, "page_size": pages[1] if pages else 0}
         name, dtype = None if kernel == "auto" else kernel, dtype_name(queries)
         launch = registry.forward_launcher(self.device, dtype, queries.shape[-1], -1, -1, name, True, **scores)
@@ -230,10 +236,10 @@ class SplitPlan:
             from flashcute.interface import aligned_inputs
 
             keys, values = aligned_inputs(keys, values)
-        packed = (cu_seqlens_q, key_chunks[0], cu_seqlens_q[1:], key_chunks[1], self.rows, self.chunk)
+        packed = (cu_seqlens_q, key_chunks[0], seqused_q, key_chunks[1], self.rows, self.chunk)
         paged = {"pages": pages} if pages else {}
         launch(
-            queries[None], keys[None], values[None], partial_out[None], partial_lse[None], softmax_scale, 0, packed,
+            queries, keys[None], values[None], partial_out, partial_lse, softmax_scale, 0, packed,
             softcap, None, None, **paged,
         )  # fmt: skip
         return partial_out, partial_lse
