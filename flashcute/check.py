@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,24 +26,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--headdim", type=int, choices=HEAD_DIM_BUCKETS, nargs="+", help="head-dim buckets (default: all)"
     )
     parser.add_argument("--exact-only", action="store_true", help="skip the padded-head-dim variants")
+    parser.add_argument(
+        "--group",
+        nargs="+",
+        metavar="GROUP",
+        help="only these groups of variants: a family's kernel kind (e.g. sm90-fwd, sm80-bwd-packed) or prepost "
+        "(default: all)",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles (default: cores)")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep each variant's .ptx and .cubin under DIR")
 
 
 def run(args: argparse.Namespace) -> int:
     """Print one row per variant; 1 if any variant failed to compile, else 0 (spills are reported, not failed)."""
-    from flashcute.kernels import registry
-    from flashcute.kernels.common.limits import in_sample
     from flashcute.kernels.sass import inspect_variants
 
-    variants = [
-        (config, arch)
-        for arch in args.arch
-        for name, group in registry.variants(arch, args.exact_only).items()
-        for config in group
-        if args.headdim is None or getattr(config, "head_dim_padded", None) in (None, *args.headdim)  # (None: any)
-        if in_sample(name, config)
-    ]
+    try:
+        variants = selected(args)
+    except ValueError as error:
+        print(f"flashcute check: {error}", file=sys.stderr)
+        return 2
     print(f"compiling {len(variants)} variants with {args.jobs} processes ...", flush=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="flashcute-check-") as tmp:
@@ -68,3 +71,25 @@ def run(args: argparse.Namespace) -> int:
         f"{spilled} spill registers to local memory"
     )
     return 1 if failed else 0
+
+
+def selected(args: argparse.Namespace) -> list[tuple]:
+    """The (config, arch) pairs ``args`` asks for, in order: of registry.variants' groups (those named by --group)
+    the sample the compile tests build (in_sample) at the --headdim buckets (a head-dim-free variant at any)."""
+    from flashcute.kernels import registry
+    from flashcute.kernels.common.limits import in_sample
+
+    groups = {arch: registry.variants(arch, args.exact_only) for arch in args.arch}
+    unknown = set(args.group or ()) - {name for found in groups.values() for name in found}
+    if unknown:
+        known = sorted({name for found in groups.values() for name in found})
+        raise ValueError(f"--group {' '.join(sorted(unknown))}: not a group of {' '.join(args.arch)}; they are {known}")
+    return [
+        (config, arch)
+        for arch, found in groups.items()
+        for name, group in found.items()
+        if args.group is None or name in args.group
+        for config in group
+        if args.headdim is None or getattr(config, "head_dim_padded", None) in (None, *args.headdim)  # (None: any)
+        if in_sample(name, config)
+    ]

@@ -3,6 +3,7 @@ tools' own commands are tested in test_compare.py, test_tune.py, test_sanitize.p
 
 from __future__ import annotations
 
+import argparse
 import functools
 import re
 import subprocess
@@ -109,22 +110,45 @@ def test_bench_without_gpu_says_so(capsys):
     assert code == 2 and "no CUDA GPU" in err
 
 
-@pytest.mark.compile
-def test_check_compiles_and_reports(capsys):
-    code, out, _ = run_main(capsys, "check", "--arch", "sm_80", "--headdim", "32", "--exact-only", "--jobs", "2")
-    assert code == 0
-    rows = [line.split() for line in out.splitlines() if line.startswith("sm_80 ")]
+def test_check_selects_every_sampled_variant_of_its_targets():
+    from flashcute import check
+
+    parser = argparse.ArgumentParser()
+    check.add_arguments(parser)
+
+    def labels(*argv):
+        return [config.label for config, _ in check.selected(parser.parse_args(argv))]
+
+    every = labels("--arch", "sm_80", "--headdim", "32", "--exact-only")
     # 2 dtypes x (4 mask variants x 4 kernels (forward; dK/dV with and without dQ atomics; deterministic dQ)
     # + the backward's preprocess, with and without zeroing dQaccum and with the LSE a tiled backward reads, its
     # postprocess and split-KV's combine, which have no mask, and the combine with sinks) + the 4 kernels' packed
     # variable-length, softcap and ALiBi variants and the forward's with sinks, 4 masks with the dtypes in turn + the
     # 3 preprocesses with the LSE's gradient, the sinks' or both, 2 dtypes + a decoding step's writes into its
     # cache, built for any head dim (7 kinds, 2 dtypes)
-    assert len(rows) == 42 + 2 + 16 + 16 + 16 + 4 + 18 + 14
-    kinds = {row[1].split("-")[0] for row in rows}
-    assert kinds == {"float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost", "combine", "append"}
+    assert len(every) == 42 + 2 + 16 + 16 + 16 + 4 + 18 + 14
+    assert {label.split("-")[0] for label in every} == {
+        "float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost", "combine", "append"
+    }  # fmt: skip
+    forwards = labels("--arch", "sm_80", "--headdim", "32", "--exact-only", "--group", "sm80-fwd", "sm80-fwd-sink")
+    assert len(forwards) == 8 + 4 and all(label.startswith(("float16", "bfloat16")) for label in forwards)
+    assert [label for label in every if label in forwards] == forwards  # (the same variants, in the same order)
+
+
+def test_check_names_the_groups_it_has_when_asked_for_another(capsys):
+    code, _, err = run_main(capsys, "check", "--arch", "sm_80", "--group", "sm90-fwd")
+    assert code == 2
+    assert "--group sm90-fwd: not a group of sm_80" in err and "'sm80-fwd'" in err and "'prepost'" in err
+
+
+@pytest.mark.compile
+def test_check_compiles_and_reports(capsys):
+    argv = ("check", "--arch", "sm_80", "--headdim", "32", "--exact-only", "--jobs", "2", "--group", "sm80-fwd")
+    code, out, _ = run_main(capsys, *argv, "sm80-dq")
+    assert code == 0
+    rows = [line.split() for line in out.splitlines() if line.startswith("sm_80 ")]
+    assert len(rows) == 16 and {row[1].split("-")[0] for row in rows} == {"float16", "bfloat16", "dq"}
     assert all(int(row[2]) <= 255 for row in rows)  # registers
-    streams = ("bwdpre", "bwdpost", "combine", "append")
-    assert all(int(row[5]) > 0 for row in rows if not row[1].startswith(streams))  # HMMA
+    assert all(int(row[5]) > 0 for row in rows)  # HMMA
     assert all(int(row[-1]) > 50 for row in rows if row[1].startswith(("float16", "bfloat16")))  # a forward's step
-    assert "128 variants in" in out and "0 failed to compile" in out
+    assert "16 variants in" in out and "0 failed to compile" in out
