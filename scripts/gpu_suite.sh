@@ -36,8 +36,10 @@ parallel=()
 if [ "$workers" -gt 1 ] && python3 -c 'import xdist' 2>/dev/null; then
   parallel=(-n "$workers" --dist loadgroup)
 fi
-python3 -m pytest -m gpu -q -p no:cacheprovider "${parallel[@]}" --junitxml="$out/junit.xml" "${pytest_args[@]}" 2>&1 \
-  | tee "$out/pytest.log" | tail -n 25
+# pytest.log names every test as it ends (-v) and the summary lists each failure (-rfE); the screen shows the
+# failures as they come and pytest's section lines: a run cut short by a time limit still names what failed.
+python3 -m pytest -m gpu -v -rfE -p no:cacheprovider "${parallel[@]}" --junitxml="$out/junit.xml" "${pytest_args[@]}" \
+  2>&1 | tee "$out/pytest.log" | grep --line-buffered -E "FAILED|ERROR|^=|[0-9]+ (passed|failed)"
 test_rc=${PIPESTATUS[0]}
 
 sanitize_rc=0
