@@ -40,9 +40,8 @@ def stand_in(monkeypatch) -> Iterator[PackedLaunchStandIn]:
 
     def attend(split, queries, keys, values, key_chunks, softmax_scale, kernel, softcap, pages):
         cu_seqlens_q, seqused_q = split.query_rows()
-        assert torch.equal(seqused_q, cu_seqlens_q[1:])
         out, lse = launch(
-            queries[0], keys, values, cu_seqlens_q, key_chunks[0], None, key_chunks[1], split.rows, split.chunk,
+            queries[0], keys, values, cu_seqlens_q, key_chunks[0], seqused_q, key_chunks[1], split.rows, split.chunk,
             softmax_scale, -1, -1, kernel, softcap, pages=pages,
         )  # fmt: skip
         return out[None], lse[None]  # (the launch's batch of one)
