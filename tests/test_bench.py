@@ -171,6 +171,20 @@ def test_unknown_backend_is_reported_not_fatal():
     }
 
 
+def test_the_sweep_frees_memory_after_each_shape_that_ran(cpu_clock, monkeypatch):
+    collected = []
+    monkeypatch.setattr(runner.gc, "collect", lambda: collected.append(1))
+    shapes = make_grid(
+        GridSpec(dtypes=("bf16",), headdims=(32,), causals=(False,), seqlens=(64, 128), batch=1, nheads=2)
+    )
+    runs = _attention_backend("spec")
+    rows = list(sweep(shapes, [runs, select_backends("bogus")[0][0]], Settings(check=False)))
+    assert [r.status for r in rows] == ["ok", "unsupported"] * len(shapes) and len(collected) == len(shapes)
+    collected.clear()
+    assert {r.status for r in sweep(shapes, select_backends("bogus")[0], Settings())} == {"unsupported"}
+    assert collected == []  # (no inputs were made)
+
+
 def test_default_selection_skips_what_is_missing():
     backends, skipped = select_backends(None)
     names = [b.name for b in backends]

@@ -54,10 +54,12 @@ def sweep(shapes: list[Shape], backends: list[Backend], settings: Settings) -> I
                 continue
             sets = sets or make_rotation(shape, with_grad=settings.pass_ != "fwd")
             measured.append((backend, *measure(backend, shape, sets, settings, checker)))
+        ran = bool(sets)
         yield from more_rounds(measured, settings)
         del sets, measured
-        gc.collect()
-        torch.cuda.empty_cache()
+        if ran:  # (its inputs, outputs and timed steps freed before the next shape's; a shape no backend ran made none)
+            gc.collect()
+            torch.cuda.empty_cache()
 
 
 def measure(
