@@ -80,9 +80,9 @@ def selected(args: argparse.Namespace) -> list[tuple]:
     from flashcute.kernels.common.limits import in_sample
 
     groups = {arch: registry.variants(arch, args.exact_only) for arch in args.arch}
-    unknown = set(args.group or ()) - {name for found in groups.values() for name in found}
+    known = sorted({name for found in groups.values() for name in found})
+    unknown = set(args.group or ()) - set(known)
     if unknown:
-        known = sorted({name for found in groups.values() for name in found})
         raise ValueError(f"--group {' '.join(sorted(unknown))}: not a group of {' '.join(args.arch)}; they are {known}")
     return [
         (config, arch)

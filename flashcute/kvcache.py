@@ -220,7 +220,7 @@ def flash_attn_with_kvcache(
     # The new keys and values into the cache, and where a plain decoding step's chunks end (end None: the keys
     # count from cache_seqlens, SplitPlan.appended_chunks), in one launch before anything reads the cache.
     appended = split.appended_chunks(capacity) if end is None else None
-    table = block_table if block_table is None or block_table.stride(1) == 1 else block_table.contiguous()
+    table = None if block_table is None else _kernel_table(block_table)
     if (k is not None and args.seqlen_new) or appended is not None:
         new = (k, v) if k is not None and args.seqlen_new else (None, None)
         chunks = (appended[1], split.chunk) if appended is not None else (None,)
@@ -422,8 +422,7 @@ def paged_keys(
     cu_seqlens_k = splitkv.row_starts(batch + 1, capacity, block_table.device)
     if _pages_in_place(k_cache, v_cache, kernel, page_size):
         keys, values = _cache_rows(k_cache, v_cache)
-        table = block_table if block_table.stride(1) == 1 else block_table.contiguous()  # (the kernels' layout)
-        return keys, values, cu_seqlens_k, (table, page_size, capacity)
+        return keys, values, cu_seqlens_k, (_kernel_table(block_table), page_size, capacity)
     keys, values = _gather_pages(k_cache, v_cache, block_table, page_size, None, key_counts)
     keys, values = (t.view(batch * capacity, *t.shape[2:]) for t in (keys, values))
     return keys, values, cu_seqlens_k, ()
@@ -433,6 +432,11 @@ def _cache_rows(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[torch.Ten
     """A cache as the packed kernels read it where it lies: (rows, nheads_k, head dim), its first two dims merged
     (pages * page_size, or batch * seqlen_cache rows; a view where they merge, as the callers check)."""
     return k_cache.flatten(0, 1), v_cache.flatten(0, 1)
+
+
+def _kernel_table(block_table: torch.Tensor) -> torch.Tensor:
+    """A block table in the kernels' layout, a unit last stride (a copy where it has another)."""
+    return block_table if block_table.stride(1) == 1 else block_table.contiguous()
 
 
 def _pages_in_place(k_cache: torch.Tensor, v_cache: torch.Tensor, kernel: str | None, page_size: int) -> bool:
