@@ -562,10 +562,10 @@ def _split_kv(
     if split is None:
         lo, hi, tail = plan.key_range
         how = splitkv.plan(batch, args.seqlen_q, args.nheads, args.nheads_k, hi - lo, 0, q.device)
-        if tail:  # the keys after hi, in each sequence's rows from b * seqlen_k
-            starts = F.pad(splitkv.row_starts(batch, seqlen_k, q.device) + hi, (0, 1), value=batch * seqlen_k)
-            tail = splitkv.Tail(starts, splitkv.filled(batch, tail, q.device), tail, kernel_window(args)[1])
-        split = (how, how.constant_chunks(seqlen_k, lo, hi), tail or None)
+        if tail:  # the keys after hi (lo is 0), in each sequence's rows from b * seqlen_k
+            split = (how, *how.constant_tail(seqlen_k, seqlen_k, tail, kernel_window(args)[1]))
+        else:
+            split = (how, how.constant_chunks(seqlen_k, lo, hi), None)
         if not (q.is_cuda and torch.cuda.is_current_stream_capturing()):  # else the graph's memory pool holds them
             plan.split = split
     how, chunks, tail = split

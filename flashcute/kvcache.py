@@ -242,16 +242,19 @@ def flash_attn_with_kvcache(
     name = kernel or "auto"
     if split_keys:
         tail = None
+        constant = cache_leftpad is None and (cache_seqlens is None or filled is not None)  # one key range for all
+        last = capacity if filled is None else min(filled + args.seqlen_new, capacity)
         if in_place and (tail_keys or start is not None or windowed):
             if windowed:  # (one query row: a window is the range of keys its query sees)
                 window_start = end - 1 - min(a.window_left, capacity)
                 start = window_start.clamp_(min=0) if start is None else torch.maximum(start, window_start)
             cache = (k_cache, v_cache, block_table, args.page_block_size)
             chunks, tail = _split_tail(split, first_rows, start, end, tail_keys, window_right, batch * capacity, cache)
+        elif tail_keys and constant:
+            chunks, tail = split.constant_tail(capacity, last, tail_keys, window_right)
         elif tail_keys:
             chunks, tail = _split_tail(split, first_rows, start, end, tail_keys, window_right, batch * capacity)
-        elif cache_leftpad is None and (cache_seqlens is None or filled is not None):  # one key range for all
-            last = capacity if filled is None else min(filled + args.seqlen_new, capacity)
+        elif constant:
             chunks = split.constant_chunks(capacity, max(last - 1 - a.window_left, 0) if windowed else 0, last)
         elif end is None:
             chunks = (appended[0], appended[1].view(-1))

@@ -85,6 +85,7 @@ class SplitPlan:
         self._offsets: torch.Tensor | None = None
         self._query_rows: tuple[torch.Tensor, torch.Tensor] | None = None
         self._constant_chunks: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._constant_tails: dict[tuple[int, int, int, int], Tail] = {}
         self._appended: dict[int, torch.Tensor] = {}
 
     def key_chunks(
@@ -136,6 +137,25 @@ class SplitPlan:
                     self._constant_chunks.clear()
                 self._constant_chunks[key] = chunks
         return chunks
+
+    def constant_tail(
+        self, seq_rows: int, last: int, tail_keys: int, window_right: int
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], Tail]:
+        """Every sequence's keys 0 .. last - 1 (rows from b * seq_rows) under a right-bounded mask: the chunks of all
+        but the last ``tail_keys`` (fewer where there are fewer), which every query sees (constant_chunks'), and
+        those last keys as the Tail under the kernels' window (-1, window_right); made once, as constant_chunks'."""
+        in_tail = min(last, tail_keys)
+        key = (seq_rows, last, tail_keys, window_right)
+        tail = self._constant_tails.get(key)
+        if tail is None:
+            starts = row_starts(self.batch, seq_rows, self.device) + (last - in_tail)
+            cu_seqlens_k = F.pad(starts, (0, 1), value=self.batch * seq_rows)
+            tail = Tail(cu_seqlens_k, filled(self.batch, in_tail, self.device), tail_keys, window_right)
+            if _kept(cu_seqlens_k) is not None:
+                if len(self._constant_tails) >= 8:
+                    self._constant_tails.clear()
+                self._constant_tails[key] = tail
+        return self.constant_chunks(seq_rows, 0, last - in_tail), tail
 
     def appended_chunks(self, seq_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """key_chunks for a cache indexed by batch, sequence b's keys at rows b * seq_rows on, min(lengths[b] +

@@ -661,9 +661,8 @@ class DeviceWork(TorchDispatchMode):
     """Records the tensor operations that write memory (one or more kernel launches each on a GPU), leaving out
     views and allocations, and whatever runs while ``paused``."""
 
-    METADATA = frozenset(
-        ("view", "_unsafe_view", "unsqueeze", "slice", "select", "transpose", "expand", "alias", "empty", "new_empty")
-    )
+    VIEWS = ("view", "_unsafe_view", "unsqueeze", "slice", "select", "transpose", "permute", "expand", "alias")
+    METADATA = frozenset((*VIEWS, "empty", "new_empty"))
 
     def __init__(self):
         super().__init__()
@@ -722,6 +721,27 @@ def test_a_decoding_step_launches_little_besides_the_attention(monkeypatch, stan
     assert work.ops == expected
     counts = appends[-1][7] if len(appends[-1]) > 7 else None
     assert (counts is None) == isinstance(lengths, int), "the counts come with the writes where lengths are a tensor"
+
+
+def test_several_masked_rows_of_one_length_take_constant_chunks(monkeypatch, stand_in):
+    """Three query rows a sequence under a causal mask, one length for every sequence (an int): the split chunks of
+    the keys that every row sees and the masked tail's keys are the same tensors at every call, made once, so a call
+    launches only the writes, the queries' copies and the joining of the tail's O and LSE to the splits' around the
+    attention, the tail's and the combine."""
+    work = DeviceWork()
+    monkeypatch.setattr(interface, "varlen_outputs", work.pausing(interface.varlen_outputs))
+    monkeypatch.setattr(splitkv.SplitPlan, "attend", work.pausing(splitkv.SplitPlan.attend))
+    monkeypatch.setattr(prepost, "combine", work.pausing(prepost.combine))
+    monkeypatch.setattr(prepost, "append", work.pausing(append_plainly))
+    q = torch.randn(3, 3, 4, 8, dtype=torch.float64)
+    k_cache, v_cache = (torch.randn(3, 64, 2, 8, dtype=torch.float64) for _ in "kv")
+    k, v = (torch.randn(3, 3, 2, 8, dtype=torch.float64) for _ in "kv")
+    first = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=17, causal=True)
+    assert splitkv.plan(3, 3, 4, 2, 64, 0, q.device).splits > 1
+    with work:
+        again = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=17, causal=True)
+    assert work.ops == ["clone", "cat", "cat"]
+    assert torch.equal(first, again)
 
 
 # Signatures of decoding loops (DecodeStep's) and of the general path, each (call options, whether a step runs it)
