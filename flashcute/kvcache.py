@@ -298,13 +298,14 @@ def flash_attn_with_kvcache(
 
 class DecodeStep:
     """What one call signature of the calls decoding loops repeat decides once: one query row a sequence (or a few
-    without a mask) on the split path, no left padding, rotary embedding, cache_batch_idx or ALiBi, head dims that
-    are multiples of 8, and a cache read where it lies (indexed by batch, or pages the family reads in place). A
-    call then runs the writes and key counts (prepost.append) and the split attention (SplitPlan.attention) with
-    the split plan and the constant tensors its first call found: the launches the general path makes for such a
-    call, less the host's time deciding them again (docs/decoding.md, Host time)."""
+    without a mask, or a few under a causal mask with one cache length for all: a masked tail of constant keys) on
+    the split path, no left padding, rotary embedding, cache_batch_idx or ALiBi, head dims that are multiples of 8,
+    and a cache read where it lies (indexed by batch, or pages the family reads in place; a masked tail by batch
+    only). A call then runs the writes and key counts (prepost.append) and the split attention
+    (SplitPlan.attention) with the split plan and the constant tensors its first call found: the launches the
+    general path makes for such a call, less the host's time deciding them again (docs/decoding.md, Host time)."""
 
-    __slots__ = ("appends", "batch", "capacity", "chunks", "kernel", "lengths", "page_size", "scalars", "split")
+    __slots__ = ("appends", "batch", "capacity", "chunks", "kernel", "lengths", "page_size", "scalars", "split", "tail")
 
     def __init__(self, args: KvcacheArgs, q, cache_seqlens, block_table, num_splits, kernel):
         batch, seqlen_q, nheads, _ = q.shape
@@ -313,24 +314,33 @@ class DecodeStep:
         self.split = split = splitkv.plan(batch, seqlen_q, nheads, a.nheads_k, self.capacity, num_splits, q.device)
         self.page_size = args.page_block_size if block_table is not None else 0
         self.scalars = (a.softmax_scale, a.softcap)
-        self.lengths = self.chunks = None  # (tensor lengths: the append kernel counts each call's chunk keys)
+        self.lengths = self.chunks = self.tail = None  # (tensor lengths: the append kernel counts chunk keys)
         if not isinstance(cache_seqlens, torch.Tensor):  # one length for every sequence, or the whole capacity
             filled = self.capacity if cache_seqlens is None else int(cache_seqlens)
             self.lengths = splitkv.filled(batch, filled, q.device)
-            self.chunks = split.constant_chunks(self.capacity, 0, min(filled + args.seqlen_new, self.capacity))
+            last = min(filled + args.seqlen_new, self.capacity)
+            window_left, window_right = interface.kernel_window(a)
+            tail_keys = splitkv.tail_keys(seqlen_q, window_left, window_right)
+            if tail_keys:
+                self.chunks, self.tail = split.constant_tail(self.capacity, last, tail_keys, window_right)
+            else:
+                self.chunks = split.constant_chunks(self.capacity, 0, last)
 
     @classmethod
     def of(cls, args: KvcacheArgs, q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
            num_splits, kernel) -> DecodeStep | None:  # fmt: skip
         """The signature's step, or None where the call takes the general path."""
         a = args.attention
-        seqlen_q = q.shape[1]
-        window_left, window_right = interface.kernel_window(a)
-        unmasked = splitkv.tail_keys(seqlen_q, window_left, window_right) == 0 and not (
-            seqlen_q == 1 and a.window_left >= 0
-        )  # (a masked tail or one query's window: the general path's key ranges)
+        _, seqlen_q, nheads, _ = q.shape
+        tail_keys = splitkv.tail_keys(seqlen_q, *interface.kernel_window(a))
+        constant_tail = (
+            bool(tail_keys) and block_table is None and not isinstance(cache_seqlens, torch.Tensor)
+            and seqlen_q * (nheads // a.nheads_k) <= splitkv.ROWS_PER_TILE
+        )  # fmt: skip
+        # (tensor lengths under a masked tail, one query's window: the general path's key ranges)
+        keys_alike = (tail_keys == 0 or constant_tail) and not (seqlen_q == 1 and a.window_left >= 0)
         plain = (
-            unmasked and not pads_head_dims(a) and args.rotary_dim == 0 and cache_batch_idx is None
+            keys_alike and not pads_head_dims(a) and args.rotary_dim == 0 and cache_batch_idx is None
             and cache_leftpad is None and a.alibi_slopes is None and q.numel() > 0 and args.capacity > 0
             and interface.readable("q", q) is q
         )  # fmt: skip
@@ -360,7 +370,7 @@ class DecodeStep:
         keys, values = _cache_rows(k_cache, v_cache)
         softmax_scale, softcap = self.scalars
         return split.attention(
-            q, keys, values, chunks, softmax_scale, self.kernel, softcap, learnable_sink, pages=pages
+            q, keys, values, chunks, softmax_scale, self.kernel, softcap, learnable_sink, self.tail, pages=pages
         )
 
 
