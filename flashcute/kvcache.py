@@ -298,14 +298,16 @@ def flash_attn_with_kvcache(
 
 class DecodeStep:
     """What one call signature of the calls decoding loops repeat decides once: one query row a sequence (or a few
-    without a mask, or a few under a causal mask with one cache length for all: a masked tail of constant keys) on
-    the split path, no left padding, rotary embedding, cache_batch_idx or ALiBi, head dims that are multiples of 8,
-    and a cache read where it lies (indexed by batch, or pages the family reads in place; a masked tail by batch
-    only). A call then runs the writes and key counts (prepost.append) and the split attention
+    without a mask, or a few under a causal mask: a masked tail of their last keys) on the split path, no left
+    padding, rotary embedding, cache_batch_idx or ALiBi, head dims that are multiples of 8, and a cache read where
+    it lies (indexed by batch, or pages the family reads in place; under a masked tail by batch only). A call then
+    runs the writes and key counts (prepost.append, which also finds the tail's keys) and the split attention
     (SplitPlan.attention) with the split plan and the constant tensors its first call found: the launches the
     general path makes for such a call, less the host's time deciding them again (docs/decoding.md, Host time)."""
 
-    __slots__ = ("appends", "batch", "capacity", "chunks", "kernel", "lengths", "page_size", "scalars", "split", "tail")
+    __slots__ = (
+        "appends", "batch", "capacity", "chunks", "kernel", "lengths", "mask", "page_size", "scalars", "split", "tail"
+    )  # fmt: skip
 
     def __init__(self, args: KvcacheArgs, q, cache_seqlens, block_table, num_splits, kernel):
         batch, seqlen_q, nheads, _ = q.shape
@@ -314,13 +316,14 @@ class DecodeStep:
         self.split = split = splitkv.plan(batch, seqlen_q, nheads, a.nheads_k, self.capacity, num_splits, q.device)
         self.page_size = args.page_block_size if block_table is not None else 0
         self.scalars = (a.softmax_scale, a.softcap)
+        window_left, window_right = interface.kernel_window(a)
+        tail_keys = splitkv.tail_keys(seqlen_q, window_left, window_right)
+        self.mask = (tail_keys, window_right) if tail_keys else None  # a masked tail's
         self.lengths = self.chunks = self.tail = None  # (tensor lengths: the append kernel counts chunk keys)
         if not isinstance(cache_seqlens, torch.Tensor):  # one length for every sequence, or the whole capacity
             filled = self.capacity if cache_seqlens is None else int(cache_seqlens)
             self.lengths = splitkv.filled(batch, filled, q.device)
             last = min(filled + args.seqlen_new, self.capacity)
-            window_left, window_right = interface.kernel_window(a)
-            tail_keys = splitkv.tail_keys(seqlen_q, window_left, window_right)
             if tail_keys:
                 self.chunks, self.tail = split.constant_tail(self.capacity, last, tail_keys, window_right)
             else:
@@ -333,12 +336,10 @@ class DecodeStep:
         a = args.attention
         _, seqlen_q, nheads, _ = q.shape
         tail_keys = splitkv.tail_keys(seqlen_q, *interface.kernel_window(a))
-        constant_tail = (
-            bool(tail_keys) and block_table is None and not isinstance(cache_seqlens, torch.Tensor)
-            and seqlen_q * (nheads // a.nheads_k) <= splitkv.ROWS_PER_TILE
-        )  # fmt: skip
-        # (tensor lengths under a masked tail, one query's window: the general path's key ranges)
-        keys_alike = (tail_keys == 0 or constant_tail) and not (seqlen_q == 1 and a.window_left >= 0)
+        fits = seqlen_q * (nheads // a.nheads_k) <= splitkv.ROWS_PER_TILE  # (else one masked launch, unsplit)
+        masked_tail = bool(tail_keys) and block_table is None and fits
+        # (one query's window, a masked tail in pages: the general path's key ranges)
+        keys_alike = (tail_keys == 0 or masked_tail) and not (seqlen_q == 1 and a.window_left >= 0)
         plain = (
             keys_alike and not pads_head_dims(a) and args.rotary_dim == 0 and cache_batch_idx is None
             and cache_leftpad is None and a.alibi_slopes is None and q.numel() > 0 and args.capacity > 0
@@ -356,9 +357,14 @@ class DecodeStep:
     def __call__(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table, learnable_sink):
         split, batch = self.split, self.batch
         new = (k, v) if self.appends else (None, None)
-        if self.chunks is None:  # the writes and each chunk's key count, from the lengths on the device
-            cu_seqlens_k, counts = split.appended_chunks(self.capacity)
-            prepost.append(cache_seqlens, *new, k_cache, v_cache, None, block_table, counts, split.chunk)
+        tail = self.tail
+        if self.chunks is None:  # the writes and each chunk's key count (and the tail's keys), from the lengths
+            if self.mask is None:
+                (cu_seqlens_k, counts), rows = split.appended_chunks(self.capacity), None
+            else:
+                (cu_seqlens_k, counts), rows, tail = split.appended_tail(self.capacity, *self.mask)
+            found = None if rows is None else (rows, self.mask[0], self.capacity)
+            prepost.append(cache_seqlens, *new, k_cache, v_cache, None, block_table, counts, split.chunk, found)
             chunks = (cu_seqlens_k, counts.view(-1))
         else:
             if self.appends:
@@ -370,7 +376,7 @@ class DecodeStep:
         keys, values = _cache_rows(k_cache, v_cache)
         softmax_scale, softcap = self.scalars
         return split.attention(
-            q, keys, values, chunks, softmax_scale, self.kernel, softcap, learnable_sink, self.tail, pages=pages
+            q, keys, values, chunks, softmax_scale, self.kernel, softcap, learnable_sink, tail, pages=pages
         )
 
 

@@ -175,6 +175,18 @@ class SplitPlan:
                 self._appended[seq_rows] = cu_seqlens_k
         return cu_seqlens_k, self.offsets().new_empty((self.batch, self.splits))
 
+    def appended_tail(
+        self, seq_rows: int, tail_keys: int, window_right: int
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, Tail]:
+        """appended_chunks for the keys before each sequence's last ``tail_keys`` (fewer where it holds fewer),
+        which several query rows see under a right-bounded mask: (cu_seqlens_k, counts), an empty int32 (2, batch +
+        1) that prepost.append fills on the device beside the counts (row 0 where the tail's keys start, its
+        launch's cu_seqlens_k; row 1 how many there are), and the Tail that reads it, under the kernels' window (-1,
+        window_right)."""
+        cu_seqlens_k, counts = self.appended_chunks(seq_rows)
+        rows = counts.new_empty((2, self.batch + 1))
+        return (cu_seqlens_k, counts), rows, Tail(rows[0], rows[1, : self.batch], tail_keys, window_right)
+
     def attention(
         self,
         q: torch.Tensor,

@@ -311,17 +311,39 @@ def combine_plainly(partial_out, partial_lse, out, lse, sink=None) -> None:
     lse.copy_(total.view(batch, seqlen_q, group, nheads_k).permute(0, 3, 2, 1))
 
 
-def chunk_counts(lengths: torch.Tensor, added: int, splits: int, chunk: int) -> torch.Tensor:
+def chunk_counts(lengths: torch.Tensor, added: int, splits: int, chunk: int, tail=None) -> torch.Tensor:
     """The split-KV chunks' key counts that prepost.append writes: (batch, splits) int32, max(lengths[b] + added - s
-    * chunk, 0)."""
+    * chunk, 0); with ``tail`` (rows, tail_keys, seq_rows), of the keys before the masked tail (tail_rows)."""
     offsets = torch.arange(splits, dtype=torch.int64, device=lengths.device) * chunk
-    return (lengths.long()[:, None] + added - offsets).clamp(min=0).int()
+    keys = lengths.long() + added
+    if tail is not None:
+        keys = _tail_split(keys, *tail[1:])[0]
+    return (keys[:, None] - offsets).clamp(min=0).int()
 
 
-def append_plainly(lengths, k, v, k_cache, v_cache, cache_batch_idx=None, block_table=None, counts=None, chunk=0):
+def _tail_split(keys: torch.Tensor, tail_keys: int, seq_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(keys before the tail, keys in it) of sequences holding ``keys`` (kept inside [0, seq_rows])."""
+    end = keys.clamp(0, seq_rows)
+    in_tail = end.clamp(max=tail_keys)
+    return end - in_tail, in_tail
+
+
+def tail_rows(lengths: torch.Tensor, added: int, tail_keys: int, seq_rows: int) -> torch.Tensor:
+    """What prepost.append writes into a masked tail's rows: int32 (2, batch + 1), row 0 where each sequence's tail
+    starts (b * seq_rows + its keys before the tail; batch * seq_rows last), row 1 its keys (a 0 last)."""
+    common, in_tail = _tail_split(lengths.long() + added, tail_keys, seq_rows)
+    starts = torch.arange(lengths.shape[0] + 1, device=lengths.device) * seq_rows
+    starts[:-1] += common
+    return torch.stack((starts, torch.cat((in_tail, in_tail.new_zeros(1))))).int()
+
+
+def append_plainly(
+    lengths, k, v, k_cache, v_cache, cache_batch_idx=None, block_table=None, counts=None, chunk=0, tail=None
+):
     """prepost.append's writes as tensor operations: k and v at positions lengths[b] + i of sequence b's cache row
     (cache_batch_idx[b], or b) or of its pages (block_table), slots outside the cache left alone; the chunks' key
-    counts into ``counts``."""
+    counts into ``counts``, with ``tail`` (rows, tail_keys, seq_rows) of the keys before the masked tail, whose
+    starts and counts go into rows[:, :batch + 1] and rows[1, :batch]."""
     if k is not None:
         batch, added = k.shape[:2]
         positions = lengths.long()[:, None] + torch.arange(added, device=lengths.device)  # (batch, added)
@@ -339,4 +361,8 @@ def append_plainly(lengths, k, v, k_cache, v_cache, cache_batch_idx=None, block_
         v_cache[rows[inside], offsets[inside]] = v[inside]
     if counts is not None:
         added = 0 if k is None else k.shape[1]
-        counts.copy_(chunk_counts(lengths, added, counts.shape[1], chunk))
+        counts.copy_(chunk_counts(lengths, added, counts.shape[1], chunk, tail))
+        if tail is not None:
+            written = tail_rows(lengths, added, *tail[1:])
+            tail[0][0].copy_(written[0])
+            tail[0][1, :-1].copy_(written[1, :-1])

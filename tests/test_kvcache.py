@@ -755,7 +755,8 @@ STEP_CASES = [
     ({"seqlen_q": 1, "append": True, "lengths": "int", "page": 8, "softcap": 5.0, "sink": True}, True),
     ({"seqlen_q": 3, "append": True, "lengths": "int", "causal": True}, True),  # a masked tail of constant keys
     ({"seqlen_q": 3, "append": False, "lengths": "none", "causal": True}, True),
-    ({"seqlen_q": 3, "append": True, "lengths": "tensor", "causal": True}, False),  # a masked tail
+    ({"seqlen_q": 3, "append": True, "lengths": "tensor", "causal": True}, True),
+    ({"seqlen_q": 3, "append": False, "lengths": "tensor", "causal": True, "window_size": (-1, 1)}, True),
     ({"seqlen_q": 3, "append": True, "lengths": "int", "page": 4, "causal": True}, False),  # (its keys in pages)
     ({"seqlen_q": 1, "append": True, "lengths": "tensor", "window_size": (5, 0)}, False),  # one query's window
     ({"seqlen_q": 1, "append": True, "lengths": "tensor", "leftpad": True}, False),

@@ -345,3 +345,12 @@ def test_the_append_writes_every_slot_inside_the_cache_and_nothing_else(slots, h
     counts_alone = torch.full_like(counts, -99)
     prepost.append(lengths, None, None, *caches, counts=counts_alone, chunk=chunk)  # no keys: the counts alone
     assert torch.equal(counts_alone.cpu(), chunk_counts(lengths.cpu(), 0, splits, chunk))
+    if slots == "batch":  # several masked query rows: the counts of the keys before their tail, and the tail's rows
+        for tail_keys, new in ((1, (k, v)), (5, (k, v)), (3, (None, None))):
+            got = [torch.full((2, batch + 1), -99, dtype=torch.int32, device=device), torch.full_like(counts, -99)]
+            expected = [t.clone() for t in got]
+            prepost.append(lengths, *new, *caches, None, None, got[1], chunk, (got[0], tail_keys, seqlen))
+            append_plainly(lengths, *new, *want, None, None, expected[1], chunk, (expected[0], tail_keys, seqlen))
+            for cache, expected_cache in zip(caches, want, strict=True):
+                assert torch.equal(cache.nan_to_num(), expected_cache.nan_to_num())
+            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), (tail_keys, got, expected)

@@ -17,7 +17,11 @@ Thread block r < batch * seqlen_new * nheads_k owns row r of the new keys, (b, i
 16-byte vector of the key row, then one a vector of the value row (at most 32 each: head dims up to 256). The
 blocks past them write the key counts (config.counts), one (sequence, split) a thread: chunk s of sequence b starts
 s * chunk keys in and holds max(lengths[b] + seqlen_new - s * chunk, 0) keys, which the attention kernels take as
-a cap on the chunk's span (splitkv.SplitPlan.appended_chunks).
+a cap on the chunk's span (splitkv.SplitPlan.appended_chunks). With config.tail, sequence b's keys end at end =
+lengths[b] + seqlen_new kept inside [0, seq_rows], its last min(end, tail_keys) are a tail that several query rows
+see under a mask, and the chunks count only the keys before it; the thread of chunk 0 writes where the tail starts
+(b * seq_rows + end - min(end, tail_keys): its launch's cu_seqlens_k, whose last entry, batch * seq_rows, sequence
+0's thread writes) and how many keys it holds (splitkv.SplitPlan.appended_tail).
 """
 
 import cuda.bindings.driver as cuda
@@ -49,6 +53,8 @@ class KvCacheAppend:
             return "a launch without keys writes the key counts alone: pages and batch_index off, counts on"
         if config.pages and config.batch_index:
             return "pages and batch_index both on: a paged cache has no cache rows to pick"
+        if config.tail and (config.pages or config.batch_index or not config.counts):
+            return "tail counts a cache by batch: pages and batch_index off, counts on"
         return None
 
     @cute.jit
@@ -64,6 +70,9 @@ class KvCacheAppend:
         mCounts: cute.Tensor | None,  # (batch, splits) int32, written: the chunks' key counts, with config.counts
         chunk: Int32,  # keys a split's chunk spans, with config.counts
         stream: cuda.CUstream,
+        mTail: cute.Tensor | None,  # (2, batch + 1) int32, written: the tail's key starts and counts, with config.tail
+        tail_keys: Int32,  # the keys of a full tail, with config.tail
+        seq_rows: Int32,  # a sequence's rows of the cache, with config.tail
     ):
         rows = 0
         if cutlass.const_expr(self.config.keys):
@@ -71,7 +80,8 @@ class KvCacheAppend:
         count_blocks = 0
         if cutlass.const_expr(self.config.counts):
             count_blocks = cute.ceil_div(mCounts.shape[0] * mCounts.shape[1], NUM_THREADS)
-        self.kernel(mLengths, mK, mV, mKc, mVc, mIndex, mTable, mCounts, chunk, rows).launch(
+        tail = (mTail, tail_keys, seq_rows)
+        self.kernel(mLengths, mK, mV, mKc, mVc, mIndex, mTable, mCounts, chunk, *tail, rows).launch(
             grid=[rows + count_blocks, 1, 1], block=[NUM_THREADS, 1, 1], stream=stream
         )
 
@@ -87,6 +97,9 @@ class KvCacheAppend:
         mTable: cute.Tensor | None,
         mCounts: cute.Tensor | None,
         chunk: Int32,
+        mTail: cute.Tensor | None,
+        tail_keys: Int32,
+        seq_rows: Int32,
         rows: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
@@ -103,7 +116,19 @@ class KvCacheAppend:
             j = (bidx - rows) * NUM_THREADS + tidx
             if j >= 0 and j < mCounts.shape[0] * splits:
                 b, s = j // splits, j % splits
-                mCounts[b, s] = cutlass.max(mLengths[b] + added - s * chunk, 0)
+                keys = mLengths[b] + added
+                if cutlass.const_expr(self.config.tail):
+                    # ---- the last min(end, tail_keys) of the keys are the tail's; the chunks count the rest
+                    end = cutlass.min(cutlass.max(keys, 0), seq_rows)
+                    in_tail = cutlass.min(end, tail_keys)
+                    keys = end - in_tail
+                    if s == 0:
+                        mTail[0, b] = b * seq_rows + keys
+                        mTail[1, b] = in_tail
+                        if b == 0:
+                            batch = mCounts.shape[0]
+                            mTail[0, batch] = batch * seq_rows
+                mCounts[b, s] = cutlass.max(keys - s * chunk, 0)
 
     @cute.jit
     def write_row(

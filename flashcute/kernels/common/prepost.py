@@ -28,7 +28,7 @@ def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostCo
     combine, per dtype x head-dim bucket (x exact/padded head dim; at the exact head dims also the preprocess with
     the LSE's gradient, the sinks' or both, and the combine with sinks); they have no mask. Then a decoding step's
     writes per dtype (any head dim): the key counts alone, and the keys into each kind of cache, with the counts
-    or without."""
+    or without; and the counts of a masked tail's cache by batch, with the keys and without."""
     configs = []
     for dtype in dtypes:
         for bucket in buckets:
@@ -42,9 +42,10 @@ def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostCo
                 configs += [bwd_pre_config(bucket, dtype, **scores), bwd_pre_config(bucket, dtype, False, **scores)]
                 configs.append(bwd_pre_config(bucket, dtype, lse_log2=True, **scores))
     for dtype in dtypes:
-        configs.append(append_config(dtype, keys=False, counts=True))
+        configs += [append_config(dtype, keys=False, counts=True), append_config(dtype, False, counts=True, tail=True)]
         for slots, counts in itertools.product(({}, {"batch_index": True}, {"pages": True}), (False, True)):
             configs.append(append_config(dtype, keys=True, counts=counts, **slots))
+        configs.append(append_config(dtype, keys=True, counts=True, tail=True))
     return configs
 
 
@@ -120,6 +121,7 @@ def append(
     block_table: torch.Tensor | None = None,
     counts: torch.Tensor | None = None,
     chunk: int = 0,
+    tail: tuple[torch.Tensor, int, int] | None = None,
 ) -> None:
     """A decoding step's writes (append.KvCacheAppend), one launch: k, v (batch, seqlen_new, nheads_k, head dims
     multiples of 8), when given, into k_cache and v_cache at positions lengths[b] .. lengths[b] + seqlen_new - 1 of
@@ -127,18 +129,25 @@ def append(
     seqlen_cache, nheads_k, head dim) cache, or with block_table (int32 (batch, max_pages)) page block_table[b, p //
     page_size] at row p % page_size of a (pages, page_size, nheads_k, head dim) cache; slots outside the cache are
     not written. With ``counts``, int32 (batch, splits), rows contiguous: counts[b, s] = max(lengths[b] +
-    seqlen_new - s * chunk, 0). The caches' rows must be 16-byte aligned (the attention's need as well); new keys
-    and values whose rows are not are copied first."""
+    seqlen_new - s * chunk, 0). With ``tail`` (rows, tail_keys, seq_rows) as well, for a cache by batch: sequence
+    b's keys end at end = lengths[b] + seqlen_new kept inside [0, seq_rows], the counts leave out its last in_tail =
+    min(end, tail_keys), and rows (int32 (2, batch + 1)) gets rows[0, b] = b * seq_rows + end - in_tail, rows[0,
+    batch] = batch * seq_rows and rows[1, b] = in_tail (splitkv.SplitPlan.appended_tail). The caches' rows must be
+    16-byte aligned (the attention's need as well); new keys and values whose rows are not are copied first."""
     if k is not None:
         k, v = _vectors(k), _vectors(v)
     keys = k is not None
     slots = {"pages": keys and block_table is not None, "batch_index": keys and cache_batch_idx is not None}
-    config = append_config(dtype_name(k_cache), keys, counts=counts is not None, **slots)
+    config = append_config(dtype_name(k_cache), keys, counts=counts is not None, tail=tail is not None, **slots)
     if not keys:
         k_cache = v_cache = None
     tensors = (lengths, k, v, k_cache, v_cache, cache_batch_idx if slots["batch_index"] else None)
     tensors += (block_table if slots["pages"] else None, counts)
-    run_on_device(lengths.device, compiled(config, lengths.device, compile), *tensors, chunk)
+    run_on_device(lengths.device, compiled(config, lengths.device, compile), *tensors, chunk, *(tail or NO_TAIL))
+
+
+# The tail arguments (rows, tail_keys, seq_rows) of an append without a masked tail
+NO_TAIL = (None, 0, 0)
 
 
 def _vectors(t: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,8 @@ def compile(
     lse with ``config.dlse``; sink (nheads,) and sink_grad shaped like lse with ``config.sink``. The postprocess:
     (dq_accum, dq, softmax_scale). The combine: (partial_out, partial_lse, out, lse, sink), combine.SplitKvCombine's
     tensors, sink only with ``config.sink``. The append: (lengths, k, v, k_cache, v_cache, cache_batch_idx,
-    block_table, counts, chunk), append.KvCacheAppend's, None for what ``config`` leaves out."""
+    block_table, counts, chunk, tail_rows, tail_keys, seq_rows), append.KvCacheAppend's, None for what ``config``
+    leaves out."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
     import cutlass.cute as cute
@@ -45,7 +46,9 @@ def compile(
         counts = fake_int32((batch, cute.sym_int())) if config.counts else None  # (batch, splits)
         index = fake_int32((batch,)) if config.batch_index else None
         tensors = (fake_int32((batch,)), *keys, index, table, counts)
-        return compile_kernel(KvCacheAppend(config), config, arch, dump_dir, *tensors, scalars=(cutlass.Int32(0),))
+        tail = (fake_int32((2, cute.sym_int())) if config.tail else None, cutlass.Int32(0), cutlass.Int32(0))
+        kernel = KvCacheAppend(config)
+        return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(cutlass.Int32(0),), after=tail)
     p = SymbolicProblem(config)
     if isinstance(config, BwdPreConfig):
         from flashcute.kernels.common.bwd_pre import FlashAttentionBackwardPreprocess

@@ -129,23 +129,30 @@ def combine_config(head_dim: int, dtype: str, sink: bool = False) -> CombineConf
 class AppendConfig:
     """A decoding step's writes before its attention (kernels/common/append.py): with ``keys``, the new keys and
     values into a cache whose slots are cache rows by batch (``batch_index``: picked by cache_batch_idx) or pages
-    (``pages``: block_table's); with ``counts``, the split-KV chunks' key counts. Head dims are sizes of the
-    launch, not of the build."""
+    (``pages``: block_table's); with ``counts``, the split-KV chunks' key counts; with ``tail`` (and counts, a cache
+    by batch), the counts leave out each sequence's last keys, which several query rows see under a mask, and the
+    launch writes where those keys lie and how many they are (splitkv.Tail). Head dims are sizes of the launch, not
+    of the build."""
 
     dtype: str
     keys: bool
     pages: bool = False
     batch_index: bool = False
     counts: bool = False
+    tail: bool = False
 
     @property
     def label(self) -> str:
-        """ "append-bfloat16-pages-counts" ("-rows" with batch_index; "append-bfloat16-counts" without keys)."""
+        """ "append-bfloat16-pages-counts" ("-rows" with batch_index; "append-bfloat16-counts" without keys; "-tail"
+        with tail)."""
         slots = ("-pages" if self.pages else "") + ("-rows" if self.batch_index else "")
-        return f"append-{self.dtype}{'-keys' if self.keys else ''}{slots}{'-counts' if self.counts else ''}"
+        counts = ("-counts" if self.counts else "") + ("-tail" if self.tail else "")
+        return f"append-{self.dtype}{'-keys' if self.keys else ''}{slots}{counts}"
 
 
 @functools.cache
-def append_config(dtype: str, keys: bool, pages: bool = False, batch_index: bool = False, counts: bool = False):
+def append_config(
+    dtype: str, keys: bool, pages: bool = False, batch_index: bool = False, counts: bool = False, tail: bool = False
+):
     """The config of a decoding step's writes (nothing to choose: a thread a 16-byte vector, as the launch needs)."""
-    return AppendConfig(dtype=dtype, keys=keys, pages=pages, batch_index=batch_index, counts=counts)
+    return AppendConfig(dtype=dtype, keys=keys, pages=pages, batch_index=batch_index, counts=counts, tail=tail)
