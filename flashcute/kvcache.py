@@ -360,10 +360,10 @@ class DecodeStep:
         tail = self.tail
         if self.chunks is None:  # the writes and each chunk's key count (and the tail's keys), from the lengths
             if self.mask is None:
-                (cu_seqlens_k, counts), rows = split.appended_chunks(self.capacity), None
+                (cu_seqlens_k, counts), found = split.appended_chunks(self.capacity), None
             else:
                 (cu_seqlens_k, counts), rows, tail = split.appended_tail(self.capacity, *self.mask)
-            found = None if rows is None else (rows, self.mask[0], self.capacity)
+                found = (rows, self.mask[0], self.capacity)  # (prepost.append's tail)
             prepost.append(cache_seqlens, *new, k_cache, v_cache, None, block_table, counts, split.chunk, found)
             chunks = (cu_seqlens_k, counts.view(-1))
         else:
