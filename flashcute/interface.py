@@ -806,6 +806,29 @@ def _paged_varlen(q, k, v, block_table, args, sequences, scalars, learnable_sink
     return varlen_outputs(q, keys, values, *rows, *scalars, learnable_sink, alibi_slopes, pages=pages)
 
 
+class PagedVarlenForward(torch.autograd.Function):
+    """A paged forward (``_paged_varlen``) whose inputs require grad: it runs, as flash_attn's does, and its outputs
+    carry a backward that raises, so that a loss through them fails where the gradient is asked for, not silently
+    and not at the forward (flash_attn's tests, for one, run a paged forward on inputs that require grad)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, learnable_sink, block_table, args, sequences, scalars, alibi_slopes):
+        return _paged_varlen(q, k, v, block_table, args, sequences, scalars, learnable_sink, alibi_slopes)
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        raise RuntimeError(
+            "flash_attn_varlen_func with block_table (paged keys) has no backward, as in flash_attn: run the "
+            "forward of a gradient step on contiguous keys (cu_seqlens_k rows of k and v)"
+        )
+
+
+@torch.compiler.disable  # (as _paged_varlen: an eager forward between traced regions)
+def _paged_varlen_without_backward(q, k, v, block_table, args, sequences, scalars, learnable_sink, alibi_slopes):
+    """``_paged_varlen``'s outputs for inputs that require grad (PagedVarlenForward)."""
+    return PagedVarlenForward.apply(q, k, v, learnable_sink, block_table, args, sequences, scalars, alibi_slopes)
+
+
 class FlashAttentionVarlen(torch.autograd.Function):
     """flash_attn_varlen_func's differentiable door, as FlashAttention is flash_attn_func's."""
 
@@ -869,10 +892,11 @@ def flash_attn_varlen_func(
     out (total_q, nheads, v's headdim) and, with return_lse, lse (nheads, total_q) float32; rows past a seqused_q get O
     = 0 and LSE = -inf. ``validate=True`` also checks the sequence tensors' values (a host sync: off by default so
     that the call stays asynchronous and graph-capturable).
-    ``block_table`` (batch, max_num_blocks_per_seq) int32 (flash_attn's paged KV, inference only: no backward): k
-    and v are a cache's pages (num_blocks, page_block_size, nheads_k, headdim), and sequence b's keys are its first
-    cu_seqlens_k[b + 1] - cu_seqlens_k[b] positions (seqused_k[b] where given), position p in page
-    block_table[b, p // page_block_size] at row p % page_block_size.
+    ``block_table`` (batch, max_num_blocks_per_seq) int32 (flash_attn's paged KV, inference only: inputs that
+    require grad run the forward, and a backward through its outputs raises): k and v are a cache's pages
+    (num_blocks, page_block_size, nheads_k, headdim), and sequence b's keys are its first cu_seqlens_k[b + 1] -
+    cu_seqlens_k[b] positions (seqused_k[b] where given), position p in page block_table[b, p // page_block_size] at
+    row p % page_block_size.
     Either side may be a dense batch instead (flash-attn-4's form): cu_seqlens_q None takes q as (batch, seqlen_q,
     nheads, headdim), every sequence seqlen_q rows (out then has q's layout and lse is (batch, nheads, seqlen_q));
     cu_seqlens_k None takes k and v as (batch, seqlen_k, nheads_k, headdim), or a paged cache's pages of
@@ -929,12 +953,8 @@ def flash_attn_varlen_func(
         q.requires_grad or k.requires_grad or v.requires_grad or (sink is not None and sink.requires_grad)
     )
     if block_table is not None:
-        if needs_grad:
-            raise ValueError(
-                "block_table (paged keys) has no backward, as in flash_attn: call flash_attn_varlen_func with it "
-                "under torch.no_grad() or with inputs that do not require grad"
-            )
-        out, lse = _paged_varlen(q, k, v, block_table, args, sequences, scalars, sink, alibi)
+        paged = (q, k, v, block_table, args, sequences, scalars, sink, alibi)
+        out, lse = _paged_varlen_without_backward(*paged) if needs_grad else _paged_varlen(*paged)
     elif needs_grad:
         apply = FlashAttentionVarlen.apply if torch.compiler.is_compiling() else _varlen_apply
         out, lse = apply(q, k, v, sink, alibi, sequences, options)

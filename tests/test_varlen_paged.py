@@ -78,12 +78,23 @@ def test_seqused_k_limits_the_keys(stand_in):
     torch.testing.assert_close(out, attention_varlen_ref(q, keys, values, cu_q, cu_used), rtol=0, atol=1e-12)
 
 
-def test_refuses_inputs_that_need_grad(stand_in):
-    (q, k, v, table, cu_q, cu_k), _ = paged_problem([2], [5], 4, 2)
-    with pytest.raises(ValueError, match=re.escape("block_table (paged keys) has no backward")):
-        flashcute.flash_attn_varlen_func(q.requires_grad_(), k, v, cu_q, cu_k, 2, 5, block_table=table)
+@pytest.mark.parametrize("needs_grad", ["q", "k", "sink"])
+def test_inputs_that_need_grad_run_the_forward_and_refuse_the_backward(stand_in, needs_grad):
+    """flash_attn's own tests run a paged forward on a q that requires grad: the forward runs (the same launch as
+    without grad), and a backward through either output raises, naming what has none."""
+    (q, k, v, table, cu_q, cu_k), _ = paged_problem([2, 3], [9, 5], 4, 3, seed=4)
+    sink = torch.randn(4, dtype=torch.float64)
+    call = (cu_q, cu_k, 3, 9)
     with torch.no_grad():
-        flashcute.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 2, 5, block_table=table)
+        expected = flashcute.flash_attn_varlen_func(q, k, v, *call, block_table=table, learnable_sink=sink)
+    {"q": q, "k": k, "sink": sink}[needs_grad].requires_grad_()
+    out, lse = flashcute.flash_attn_varlen_func(q, k, v, *call, block_table=table, learnable_sink=sink, return_lse=True)
+    assert len(stand_in.calls) == 2
+    torch.testing.assert_close(out.detach(), expected, rtol=0, atol=0)
+    assert out.requires_grad and lse.requires_grad
+    for loss in (out.sum(), lse.sum()):
+        with pytest.raises(RuntimeError, match=re.escape("with block_table (paged keys) has no backward")):
+            loss.backward()
 
 
 @pytest.mark.parametrize(
