@@ -1,5 +1,5 @@
-"""`flashcute demo | walkthrough | bench | check | warmup | cache | compare | tune | sanitize | power`: the command
-line.
+"""`flashcute demo | walkthrough | bench | check | warmup | cache | compare | tune | sanitize | power |
+flash-attn-tests`: the command line.
 
 Each command lives in its own module with ``add_arguments(parser)`` and ``run(args) -> int``; only the module of
 the command being run is imported, so `flashcute --help` answers without loading torch or CuTe DSL.
@@ -39,6 +39,10 @@ COMMANDS = {
         "compute-sanitizer memcheck, racecheck and synccheck over every kind of kernel (needs a GPU)",
     ),
     "power": ("flashcute.tools.power", "TFLOP/s, W, MHz and joules a PFLOP in sustained loops (needs a GPU)"),
+    "flash-attn-tests": (
+        "flashcute.tools.flash_attn_tests",
+        "flash-attention 2's own tests (its test_flash_attn.py) run against flashcute (needs a GPU)",
+    ),
 }
 
 

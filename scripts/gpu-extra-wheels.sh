@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Wheels for the GPU host, which has no network (Python 3.12, x86_64, manylinux): transformers and what its import
-# needs, for tests/test_transformers_gpu.py. Writes .gpu-extra/ (git-ignored through .git/info/exclude) with the
-# wheels and an install.sh that installs them there, offline:
+# needs, for tests/test_transformers_gpu.py, and einops, which flash-attention's own tests import (`flashcute
+# flash-attn-tests`). Writes .gpu-extra/ (git-ignored through .git/info/exclude) with the wheels and an install.sh
+# that installs them there, offline:
 #
 #   bash scripts/gpu-extra-wheels.sh            # here, with a network
 #   sh .gpu-extra/install.sh                    # on the GPU host, from the repository root
@@ -24,8 +25,8 @@ skip=" $(echo $host $not_imported) "
 
 download=$(mktemp -d)
 trap 'rm -rf "$download"' EXIT
-"$python" -m pip download transformers --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
-  --platform manylinux_2_17_x86_64 --platform any -d "$download" --quiet --disable-pip-version-check
+"$python" -m pip download transformers einops --only-binary=:all: --python-version 3.12 \
+  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any -d "$download" --quiet --disable-pip-version-check
 
 rm -rf "$dest"
 mkdir -p "$dest"
@@ -47,7 +48,7 @@ python=${PYTHON:-python3}
 install() { "$python" -m pip install --no-index --no-deps --disable-pip-version-check --quiet "$@" ./*.whl; }
 install 2>/dev/null || install --user 2>/dev/null || install --user --break-system-packages 2>/dev/null ||
   install --break-system-packages
-"$python" -c 'import transformers; print("transformers", transformers.__version__)'
+"$python" -c 'import einops, transformers; print("transformers", transformers.__version__)'
 EOF
 
 exclude=$(git rev-parse --git-path info/exclude)
