@@ -50,7 +50,7 @@ FA2_CALLS = {
     ],
 }  # fmt: skip
 # flashcute's name for a flash-attention 2 argument where they differ (dropout_p: only 0 maps, and is not passed)
-RENAMED = {"return_attn_probs": "return_lse", "return_softmax_lse": "return_lse"}
+RENAMED = {"return_attn_probs": "return_lse"}
 
 
 @pytest.mark.parametrize("entry", list(FA2_CALLS))

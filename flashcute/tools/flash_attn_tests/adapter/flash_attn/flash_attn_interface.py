@@ -1,5 +1,5 @@
 """flash-attention 2's entry points (``flash_attn.flash_attn_interface``) with their signatures, each handing its
-arguments to flashcute's entry of the same name by keyword.
+arguments by name to flashcute's entry of the same name, which names them alike.
 
 Where the two differ: flash-attention 2 takes ``dropout_p`` fourth (flashcute has no dropout: only 0 maps, anything
 else raises NotImplementedError) and ``return_attn_probs``, which returns (out, softmax_lse, S_dmask); S_dmask is
@@ -17,11 +17,11 @@ def _get_block_size_n(device, head_dim, is_dropout, is_causal):
     raise NotImplementedError("flashcute has no dropout, whose S_dmask this block size reads")
 
 
-def _call(entry, *args, dropout_p, return_attn_probs, **options):
-    """``entry(*args, **options)``, flash-attention 2's way: no dropout, and the LSE in a triple when asked."""
+def _call(entry, dropout_p, return_attn_probs, **arguments):
+    """``entry`` with ``arguments`` by name, flash-attention 2's way: no dropout, and the LSE in a triple when asked."""
     if dropout_p != 0:
         raise NotImplementedError(f"flashcute has no dropout: dropout_p must be 0, got {dropout_p!r}")
-    result = entry(*args, **options, return_lse=bool(return_attn_probs))
+    result = entry(**arguments, return_lse=bool(return_attn_probs))
     return (*result, None) if return_attn_probs else result
 
 
@@ -36,10 +36,7 @@ def flash_attn_qkvpacked_func(
     deterministic=False,
     return_attn_probs=False,
 ):
-    options = {"softmax_scale": softmax_scale, "causal": causal, "window_size": window_size, "softcap": softcap}
-    options |= {"alibi_slopes": alibi_slopes, "deterministic": deterministic}
-    entry = flashcute.flash_attn_qkvpacked_func
-    return _call(entry, qkv, dropout_p=dropout_p, return_attn_probs=return_attn_probs, **options)
+    return _call(flashcute.flash_attn_qkvpacked_func, **locals())
 
 
 def flash_attn_kvpacked_func(
@@ -54,10 +51,7 @@ def flash_attn_kvpacked_func(
     deterministic=False,
     return_attn_probs=False,
 ):
-    options = {"softmax_scale": softmax_scale, "causal": causal, "window_size": window_size, "softcap": softcap}
-    options |= {"alibi_slopes": alibi_slopes, "deterministic": deterministic}
-    entry = flashcute.flash_attn_kvpacked_func
-    return _call(entry, q, kv, dropout_p=dropout_p, return_attn_probs=return_attn_probs, **options)
+    return _call(flashcute.flash_attn_kvpacked_func, **locals())
 
 
 def flash_attn_func(
@@ -73,10 +67,7 @@ def flash_attn_func(
     deterministic=False,
     return_attn_probs=False,
 ):
-    options = {"softmax_scale": softmax_scale, "causal": causal, "window_size": window_size, "softcap": softcap}
-    options |= {"alibi_slopes": alibi_slopes, "deterministic": deterministic}
-    entry = flashcute.flash_attn_func
-    return _call(entry, q, k, v, dropout_p=dropout_p, return_attn_probs=return_attn_probs, **options)
+    return _call(flashcute.flash_attn_func, **locals())
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -92,11 +83,7 @@ def flash_attn_varlen_qkvpacked_func(
     deterministic=False,
     return_attn_probs=False,
 ):
-    options = {"softmax_scale": softmax_scale, "causal": causal, "window_size": window_size, "softcap": softcap}
-    options |= {"alibi_slopes": alibi_slopes, "deterministic": deterministic}
-    entry = flashcute.flash_attn_varlen_qkvpacked_func
-    args = (qkv, cu_seqlens, max_seqlen)
-    return _call(entry, *args, dropout_p=dropout_p, return_attn_probs=return_attn_probs, **options)
+    return _call(flashcute.flash_attn_varlen_qkvpacked_func, **locals())
 
 
 def flash_attn_varlen_kvpacked_func(
@@ -115,11 +102,7 @@ def flash_attn_varlen_kvpacked_func(
     deterministic=False,
     return_attn_probs=False,
 ):
-    options = {"softmax_scale": softmax_scale, "causal": causal, "window_size": window_size, "softcap": softcap}
-    options |= {"alibi_slopes": alibi_slopes, "deterministic": deterministic}
-    entry = flashcute.flash_attn_varlen_kvpacked_func
-    args = (q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    return _call(entry, *args, dropout_p=dropout_p, return_attn_probs=return_attn_probs, **options)
+    return _call(flashcute.flash_attn_varlen_kvpacked_func, **locals())
 
 
 def flash_attn_varlen_func(
@@ -140,11 +123,7 @@ def flash_attn_varlen_func(
     return_attn_probs=False,
     block_table=None,
 ):
-    options = {"softmax_scale": softmax_scale, "causal": causal, "window_size": window_size, "softcap": softcap}
-    options |= {"alibi_slopes": alibi_slopes, "deterministic": deterministic, "block_table": block_table}
-    entry = flashcute.flash_attn_varlen_func
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    return _call(entry, *args, dropout_p=dropout_p, return_attn_probs=return_attn_probs, **options)
+    return _call(flashcute.flash_attn_varlen_func, **locals())
 
 
 def flash_attn_with_kvcache(
@@ -168,24 +147,4 @@ def flash_attn_with_kvcache(
     num_splits=0,
     return_softmax_lse=False,
 ):
-    return flashcute.flash_attn_with_kvcache(
-        q,
-        k_cache,
-        v_cache,
-        k=k,
-        v=v,
-        rotary_cos=rotary_cos,
-        rotary_sin=rotary_sin,
-        cache_seqlens=cache_seqlens,
-        cache_batch_idx=cache_batch_idx,
-        cache_leftpad=cache_leftpad,
-        block_table=block_table,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size,
-        softcap=softcap,
-        rotary_interleaved=rotary_interleaved,
-        alibi_slopes=alibi_slopes,
-        num_splits=num_splits,
-        return_lse=return_softmax_lse,
-    )
+    return flashcute.flash_attn_with_kvcache(**locals())  # (the same names, return_softmax_lse among them)
