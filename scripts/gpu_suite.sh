@@ -9,7 +9,9 @@
 # SKIP_BENCH=1 skips the benchmark; SANITIZE=1 also runs
 # `flashcute sanitize` (compute-sanitizer over every kind of kernel) into OUT_DIR/sanitize. The tests run in WORKERS
 # processes (pytest-xdist; default: half the cores, at most 8; WORKERS=1: one), those of one xdist_group (the ones
-# that need most of the GPU's memory) in the same one. Run it from the repository root, with CuTe DSL importable.
+# that need most of the GPU's memory) in the same one. FLASH_ATTN_TESTS=PATH (flash-attention's tests/test_flash_attn.py)
+# also runs `flashcute flash-attn-tests` on it after the tests (a sample of FLASH_ATTN_SAMPLE cases, default 400) into
+# OUT_DIR/flash-attn-tests.log. Run it from the repository root, with CuTe DSL importable.
 set -uo pipefail
 out=${1:?usage: gpu_suite.sh OUT_DIR [pytest args] [-- bench args]}
 shift
@@ -48,6 +50,13 @@ if [ "${SANITIZE:-0}" = 1 ]; then
   sanitize_rc=$?
 fi
 
+flash_attn_rc=0
+if [ -n "${FLASH_ATTN_TESTS:-}" ]; then
+  python3 -m flashcute flash-attn-tests --sample "${FLASH_ATTN_SAMPLE:-400}" --workers "$workers" "$FLASH_ATTN_TESTS" \
+    > "$out/flash-attn-tests.log" 2>&1
+  flash_attn_rc=$?
+fi
+
 bench_rc=0
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 -m flashcute bench --out "$out/bench" "${bench_args[@]}" > "$out/bench.log" 2>&1
@@ -59,6 +68,7 @@ echo
 echo "== summary ($commit, $arch) =="
 grep -E "^(=+ )?[0-9]+ (passed|failed)|passed|failed|error" "$out/pytest.log" | tail -n 1
 [ "${SANITIZE:-0}" = 1 ] && tail -n 5 "$out/sanitize.log"
+[ -n "${FLASH_ATTN_TESTS:-}" ] && grep -E "^(=+ )?[0-9]+ (passed|failed)|^sample " "$out/flash-attn-tests.log"
 [ "${SKIP_BENCH:-0}" != 1 ] && sed -n '/^|/p' "$out/bench.log" | head -n 40
-echo "tests rc=$test_rc sanitize rc=$sanitize_rc bench rc=$bench_rc"
-exit $(( test_rc != 0 || sanitize_rc != 0 || bench_rc != 0 ))
+echo "tests rc=$test_rc sanitize rc=$sanitize_rc flash-attn-tests rc=$flash_attn_rc bench rc=$bench_rc"
+exit $(( test_rc != 0 || sanitize_rc != 0 || flash_attn_rc != 0 || bench_rc != 0 ))
