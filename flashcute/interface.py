@@ -860,10 +860,10 @@ def flash_attn_varlen_func(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    cu_seqlens_q: torch.Tensor | None,
-    cu_seqlens_k: torch.Tensor | None,
-    max_seqlen_q: int | None,
-    max_seqlen_k: int | None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
     softmax_scale: float | None = None,
     causal: bool = False,
     window_size: tuple[int, int] = (-1, -1),
@@ -884,7 +884,8 @@ def flash_attn_varlen_func(
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim), nheads % nheads_k == 0. Sequence b is rows
     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b + 1] of k and v (int32
     (batch + 1,) tensors on q's device, starting at 0); seqused_q / seqused_k (batch,) int32 limit each to its
-    first tokens. max_seqlen_q / max_seqlen_k must be at least every sequence's length (they size the launch).
+    first tokens. max_seqlen_q / max_seqlen_k must be at least every sequence's length (they size the launch);
+    None (flash-attn-4's default) takes the side's total rows, a launch sized for one sequence holding them all.
     Sequences of length 0 are allowed anywhere. causal, window_size, softcap, learnable_sink, alibi_slopes
     ((nheads,) or (batch, nheads), a row per sequence) and softmax_scale as in flash_attn_func, with each sequence's
     diagonal aligned bottom-right (key j of a sequence is aligned with its query i + seqlen_k - seqlen_q); v's head

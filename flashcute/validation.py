@@ -219,8 +219,9 @@ def validate_varlen_args(
     """Check a packed batch's shapes, sequence tensors and options without reading device memory (no host sync; only
     alibi_slopes on the CPU, when given, are read, to check they are finite); `validate_varlen_values` checks the
     values of the sequence tensors. With ``block_table`` (batch, max_num_blocks_per_seq) int32, k and v are a
-    paged cache's (num_blocks, page_block_size, nheads_k, headdim) pages. Raises TypeError / ValueError naming the
-    argument, the value given and what is allowed."""
+    paged cache's (num_blocks, page_block_size, nheads_k, headdim) pages. A max_seqlen of None resolves to its
+    side's total rows (a paged cache's: the pages a sequence has), a bound on every sequence's length. Raises
+    TypeError / ValueError naming the argument, the value given and what is allowed."""
     total_q, nheads, headdim = _shape("q", q, VARLEN_Q_DIMS, empty_dims=1)
     paged = block_table is not None
     kv_dims = PAGED_CACHE_DIMS if paged else VARLEN_KV_DIMS
@@ -245,21 +246,23 @@ def validate_varlen_args(
     for name, used in (("seqused_q", seqused_q), ("seqused_k", seqused_k)):
         if used is not None:
             _check_int32_vector(name, used, q, batch, "(batch,)")
-    max_k = _check_max_seqlen("max_seqlen_k", max_seqlen_k)
     pages = {}
     if paged:
         capacity = _check_block_table(block_table, q, batch) * rows[1]
+        max_k = capacity if max_seqlen_k is None else _check_max_seqlen("max_seqlen_k", max_seqlen_k)
         if max_k > capacity:
             raise ValueError(
                 f"max_seqlen_k ({max_k}) must be at most the pages a sequence has (block_table.shape[1] x "
                 f"page_block_size = {capacity})"
             )
         pages = {"page_block_size": rows[1]}
+    else:
+        max_k = rows[0] if max_seqlen_k is None else _check_max_seqlen("max_seqlen_k", max_seqlen_k)
     return VarlenArgs(
         batch=batch,
         total_q=total_q,
         total_k=math.prod(rows),
-        max_seqlen_q=_check_max_seqlen("max_seqlen_q", max_seqlen_q),
+        max_seqlen_q=total_q if max_seqlen_q is None else _check_max_seqlen("max_seqlen_q", max_seqlen_q),
         max_seqlen_k=max_k,
         nheads=nheads,
         nheads_k=nheads_k,

@@ -245,7 +245,8 @@ class PackedLaunchStandIn:
     as the kernels do: cu_seqlens[b] + [0, min(cu_seqlens[b + 1] - cu_seqlens[b], seqused[b])), which must lie
     inside the packed tensor and within max_seqlen; with ``pages`` (block_table, page_size, seq_rows), k and v are
     a cache's pages and row r of that numbering is position r % seq_rows of sequence r // seq_rows, in its page
-    of block_table, which must be one of the cache's. Records each call's packed tensors and sequence lengths."""
+    of block_table, which must be one of the cache's. Records each call's packed tensors, sequence lengths and
+    maxima."""
 
     def __init__(self):
         self.calls: list[dict] = []
@@ -266,7 +267,8 @@ class PackedLaunchStandIn:
             for b, n in enumerate(counts):
                 assert 0 <= n <= longest and starts[b] >= 0 and starts[b] + n <= rows, (b, starts, counts, rows)
             lengths.append(counts)
-        self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1], "pages": pages})
+        self.calls.append({"q": q, "k": k, "v": v, "lengths_q": lengths[0], "lengths_k": lengths[1], "pages": pages,
+                           "max_seqlens": (max_seqlen_q, max_seqlen_k)})  # fmt: skip
         if pages:
             k, v = read_pages(k, v, pages, cu_seqlens_k.tolist(), lengths[1])
         out, lse = attention_varlen_ref(

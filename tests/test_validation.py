@@ -239,6 +239,17 @@ def test_packed_batch_resolves():
     assert (args.headdim_v, validate_varlen_args(**packed_args(v=torch.empty(12, 2, 32))).headdim_v) == (64, 32)
 
 
+def test_max_seqlen_left_out_is_the_total_rows():
+    """flash-attn-4's default: without max_seqlen a side is bounded by its total rows (a paged cache's: the pages a
+    sequence has), which no sequence can exceed."""
+    args = validate_varlen_args(**packed_args(max_seqlen_q=None, max_seqlen_k=None))
+    assert (args.max_seqlen_q, args.max_seqlen_k) == (10, 12)
+    pages = {"k": torch.empty(5, 4, 2, 64), "v": torch.empty(5, 4, 2, 64)}
+    table = torch.zeros(2, 3, dtype=torch.int32)
+    args = validate_varlen_args(**packed_args(max_seqlen_k=None, block_table=table, **pages))
+    assert (args.max_seqlen_q, args.max_seqlen_k) == (6, 12)
+
+
 @pytest.mark.parametrize(
     "changes, error, message",
     [

@@ -78,6 +78,19 @@ def test_seqused_k_limits_the_keys(stand_in):
     torch.testing.assert_close(out, attention_varlen_ref(q, keys, values, cu_q, cu_used), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("paged", [False, True])
+def test_left_out_max_seqlens_bound_the_launch_by_the_totals(stand_in, paged):
+    """flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k) as flash-attn-4 takes it: the launch is sized by
+    the total rows (the pages a sequence has) and computes what the call with the true maxima does."""
+    (q, k, v, table, cu_q, cu_k), (keys, values) = paged_problem([2, 3], [9, 5], 4, 3, seed=6)
+    if not paged:
+        k, v, table = keys, values, None
+    out = flashcute.flash_attn_varlen_func(q, k, v, cu_q, cu_k, block_table=table, causal=True)
+    assert stand_in.calls[0]["max_seqlens"] == (5, 12 if paged else 14)
+    expected = flashcute.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 3, 9, block_table=table, causal=True)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("needs_grad", ["q", "k", "sink"])
 def test_inputs_that_need_grad_run_the_forward_and_refuse_the_backward(stand_in, needs_grad):
     """flash_attn's own tests run a paged forward on a q that requires grad: the forward runs (the same launch as
