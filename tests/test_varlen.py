@@ -288,6 +288,17 @@ def test_every_sequence_empty_and_max_seqlen_past_every_length(kernel):
     check_sequences(out, lse, q, k, v, lens, lens, causal=True)
 
 
+def test_max_seqlens_left_out_are_the_totals(kernel):
+    """flash-attn-4's call without max_seqlen: the launch covers the total rows as if one sequence held them all,
+    and each sequence's rows come out as the spec's."""
+    lens_q, lens_k = [5, 300, 0, 17], [40, 290, 3, 0]
+    q = packed(sum(lens_q), 4, 128, torch.bfloat16, 12)
+    k, v = (packed(sum(lens_k), 2, 128, torch.bfloat16, seed) for seed in (13, 14))
+    cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
+    out, lse = flashcute.flash_attn_varlen_func(q, k, v, cu_q, cu_k, causal=True, return_lse=True, kernel=kernel)
+    check_sequences(out, lse, q, k, v, lens_q, lens_k, causal=True)
+
+
 def test_rows_of_other_sequences_are_never_written(kernel):
     """Out is sliced from a larger buffer poisoned with NaN: the kernel writes exactly its sequences' rows."""
     lens = [33, 190, 1, 64]

@@ -191,6 +191,21 @@ def test_every_family_against_the_spec(page, options, kernel):
 
 
 @pytest.mark.gpu
+def test_inputs_that_need_grad_run_the_paged_forward(kernel):
+    """flash_attn's own tests' call: a paged forward on a q that requires grad gives the no-grad call's out, and a
+    backward through it raises."""
+    to = {"device": "cuda", "dtype": torch.bfloat16}
+    (q, k, v, table, cu_q, cu_k), _ = paged_problem([3, 130], [700, 64], 64, 11, 8, 2, 128, seed=2, **to)
+    call = (k, v, cu_q, cu_k, 130, 700)
+    with torch.no_grad():
+        expected = flashcute.flash_attn_varlen_func(q, *call, block_table=table, causal=True, kernel=kernel)
+    out = flashcute.flash_attn_varlen_func(q.requires_grad_(), *call, block_table=table, causal=True, kernel=kernel)
+    assert torch.equal(out.detach(), expected)
+    with pytest.raises(RuntimeError, match=re.escape("with block_table (paged keys) has no backward")):
+        out.sum().backward()
+
+
+@pytest.mark.gpu
 def test_decoding_rows_as_flash_attn_4_passes_them(kernel):
     """A dense q of a few rows a sequence against a paged cache's pages, cu_seqlens None and seqused_k (flash-attn-4's
     way of decoding through its varlen entry), causal, against the spec on each sequence's keys."""
