@@ -132,10 +132,7 @@ class SplitPlan:
             starts = row_starts(self.batch, seq_rows, self.device)
             count = filled(self.batch, last - first, self.device)
             chunks = self.key_chunks(starts + first if first else starts, count, self.batch * seq_rows)
-            if _kept(chunks[0]) is not None:
-                if len(self._constant_chunks) >= 8:
-                    self._constant_chunks.clear()
-                self._constant_chunks[key] = chunks
+            _remember(self._constant_chunks, key, chunks, chunks[0])
         return chunks
 
     def constant_tail(
@@ -151,10 +148,7 @@ class SplitPlan:
             starts = row_starts(self.batch, seq_rows, self.device) + (last - in_tail)
             cu_seqlens_k = F.pad(starts, (0, 1), value=self.batch * seq_rows)
             tail = Tail(cu_seqlens_k, filled(self.batch, in_tail, self.device), tail_keys, window_right)
-            if _kept(cu_seqlens_k) is not None:
-                if len(self._constant_tails) >= 8:
-                    self._constant_tails.clear()
-                self._constant_tails[key] = tail
+            _remember(self._constant_tails, key, tail, cu_seqlens_k)
         return self.constant_chunks(seq_rows, 0, last - in_tail), tail
 
     def appended_chunks(self, seq_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,10 +163,7 @@ class SplitPlan:
         if cu_seqlens_k is None:
             starts = row_starts(self.batch, seq_rows, self.device)[:, None] + self.offsets()
             cu_seqlens_k = F.pad(starts.flatten(), (0, 1), value=self.batch * seq_rows)
-            if _kept(cu_seqlens_k) is not None:
-                if len(self._appended) >= 8:
-                    self._appended.clear()
-                self._appended[seq_rows] = cu_seqlens_k
+            _remember(self._appended, seq_rows, cu_seqlens_k, cu_seqlens_k)
         return cu_seqlens_k, self.offsets().new_empty((self.batch, self.splits))
 
     def appended_tail(
@@ -360,11 +351,17 @@ def _constant(key: tuple, make, dtype: torch.dtype = torch.int32) -> torch.Tenso
     t = _constants.get(key)
     if t is None:
         t = make().to(dtype)
-        if _kept(t) is not None:
-            if len(_constants) >= 256:  # a program has a few cache shapes; one that changes every call starts over
-                _constants.clear()
-            _constants[key] = t
+        _remember(_constants, key, t, t, most=256)  # (a program has a few cache shapes)
     return t
+
+
+def _remember(store: dict, key, value, tensor: torch.Tensor, most: int = 8) -> None:
+    """``store[key] = value`` for later calls, unless ``tensor`` (one of value's) was made while a CUDA graph is
+    being captured (_kept); a few kept: past ``most`` keys the store starts over (lengths that change every call)."""
+    if _kept(tensor) is not None:
+        if len(store) >= most:
+            store.clear()
+        store[key] = value
 
 
 def _kept(t: torch.Tensor) -> torch.Tensor | None:
