@@ -216,14 +216,30 @@ def test_sm90_bwd_head_dims():
     # over 128 the queries are rows: 64 of them against 96 keys at D=192, 64 at D=256, each with one Q/dO stage
     # beside its dQ tile (two do not fit); the keys-as-rows kernels keep two
     tiles = [(c.block_m, c.block_n, c.num_stages) for c in (sm90_bwd_config(d, "bfloat16") for d in (128, 192, 256))]
-    assert tiles == [(64, 128, 2), (64, 96, 1), (64, 64, 1)]
+    assert tiles == [(80, 128, 2), (64, 96, 1), (64, 64, 1)]
     # with softcap and ALiBi together (a copy of the capped scores beside the bias) D=192 keeps 64-key tiles
     assert sm90_bwd_config(192, "bfloat16", softcap=True, alibi=True).block_n == 64
     assert all(sm90_bwd_config(d, "float16").wide for d in (136, 192, 200, 256))
 
 
+def test_sm90_bwd_takes_80_row_q_tiles_at_d128_without_a_mask_or_a_cap():
+    """FlashAttention-3's D=128 tile without a mask: dQ computed transposed (80 rows are no warpgroup's M), dV's MMA
+    issued with dK's (P^T held through dS^T spills at 80 rows); under a mask, or with capped scores, 64 rows."""
+    plain = sm90_bwd_config(128, "bfloat16")
+    assert (plain.block_m, plain.dq_transposed, plain.dq_split_rows, plain.dv_before_ds) == (80, True, False, False)
+    for variant in ({"packed": True}, {"alibi": True}, {"deterministic": True}):
+        assert sm90_bwd_config(128, "float16", **variant).block_m == 80
+    for window, variant in (((-1, 0), {}), ((64, -1), {}), ((-1, -1), {"softcap": True})):
+        config = sm90_bwd_config(128, "bfloat16", *window, **variant)
+        assert (config.block_m, config.dq_transposed, config.dv_before_ds) == (64, False, True)
+    assert not any(sm90_bwd_config(d, "bfloat16").dq_transposed for d in (32, 64, 96, 192, 256))
+    assert FlashAttentionBackwardSm90.can_implement(plain, "sm_90a") is None
+    d64 = dataclasses.replace(sm90_bwd_config(64, "bfloat16"), block_m=80)
+    assert "head_dim_padded 128 only" in FlashAttentionBackwardSm90.can_implement(d64, "sm_90a")
+
+
 def test_sm90_bwd_refuses_other_targets_and_bad_tiles():
-    config = sm90_bwd_config(128, "bfloat16")
+    config = sm90_bwd_config(128, "bfloat16", -1, 0)  # 64-row Q tiles
     assert "sm_90a" in FlashAttentionBackwardSm90.can_implement(config, "sm_80")
     for fields, message in (({"block_n": 64}, "block_n=64"), ({"block_m": 96}, "block_m=96")):
         assert message in FlashAttentionBackwardSm90.can_implement(dataclasses.replace(config, **fields), "sm_90a")

@@ -12,7 +12,8 @@ operand the dV and dK GEMMs need as "A" is already in registers:
     dS^T = P^T * (dP^T - D)                                per column D = rowsum(dO * O)
     dV  += P^T dO        (wgmma, P^T from registers, dO^T a transposed view of the dO tile)
     dK  += dS^T Q        (wgmma, dS^T from registers)
-    dQ   = dS K          (wgmma from shared memory: dS^T is written there once, read through a transposed view)
+    dQ   = dS K          (wgmma from shared memory: dS^T is written there once, read through a transposed view;
+                          for 80-row Q tiles dQ^T = K^T dS^T, the head dim as rows: config.dq_transposed)
     (dK times softmax_scale once at the end, dQ in the postprocess that casts it)
 
 With softcap, S^T is capped first and dS^T takes the cap's derivative (kernels/common/softcap.py).
@@ -104,8 +105,9 @@ class FlashAttentionBackwardSm90:
         self.block_n = config.block_n
         self.head_dim_padded = config.head_dim_padded
         self.num_stages = config.num_stages
-        # columns of the dQ tile one consumer warpgroup adds
+        # the (rows, columns) of the dQ tile that one consumer warpgroup adds
         self.dq_cols = config.head_dim_padded if config.dq_split_rows else config.head_dim_padded // 2
+        self.dq_rows = 64 if config.dq_split_rows else config.block_m
         # deterministic without a mask: each K/V tile walks the Q tiles from its own start (scheduler.rotation), so
         # that the K/V tiles of a head, which see the same Q tiles and start side by side, do not queue for each
         # Q tile's dQ one after another (where a head's tiles all run at once: scheduler.ROTATION_SPAN)
@@ -126,8 +128,10 @@ class FlashAttentionBackwardSm90:
         """Why the kernel cannot take ``config``'s tiles and head dim, or None."""
         if config.block_n != 128:
             return f"block_n={config.block_n} is not 128 (two consumer warpgroups of 64 key rows)"
-        if config.block_m not in (64, 128):
-            return f"block_m={config.block_m} is not 64 or 128"
+        if config.block_m not in (64, 80, 128):
+            return f"block_m={config.block_m} is not 64, 80 or 128"
+        if config.dq_transposed and config.head_dim_padded != 128:
+            return f"block_m={config.block_m} computes dQ^T, 64 head-dim rows a warpgroup: head_dim_padded 128 only"
         if config.head_dim_padded > 128:
             return f"head_dim_padded={config.head_dim_padded} is over 128 (the register budget of dK and dV)"
         return None
@@ -143,8 +147,8 @@ class FlashAttentionBackwardSm90:
             tma.smem_layout(self.dtype, bn, d, 1),
             tma.smem_layout(self.dtype, bn, bm, stages),  # dS^T: key rows, query columns contiguous
             cute.make_layout((bm, stages)),
-            # each consumer warpgroup's (64, dq_cols) part of the dQ tile, float32
-            tma.smem_layout(Float32, 64, self.dq_cols, 2),
+            # each consumer warpgroup's (dq_rows, dq_cols) part of the dQ tile, float32
+            tma.smem_layout(Float32, self.dq_rows, self.dq_cols, 2),
         )
 
     def tiled_mmas(self) -> SimpleNamespace:
@@ -156,11 +160,18 @@ class FlashAttentionBackwardSm90:
             sdp=_tiled_mma(self.dtype, K, K, (2, 1), bm),
             # dV and dK: (block_n, head_dim), A = P^T or dS^T from registers, B = dO^T or Q^T (N-major views)
             dkv=_tiled_mma(self.dtype, K, MN, (2, 1), d, a_in_registers=True),
-            # dQ: (block_m, head_dim), A = dS (a transposed view of dS^T), B = K^T (a transposed view of K)
-            dq=_tiled_mma(self.dtype, MN, MN, (2, 1), d)
-            if self.config.dq_split_rows
-            else _tiled_mma(self.dtype, MN, MN, (1, 2), d // 2),
+            # dQ: (block_m, head_dim), A = dS (a transposed view of dS^T), B = K^T (a transposed view of K); or
+            # dQ^T: (head_dim, block_m), A = K^T, B = dS, each warpgroup 64 head-dim rows
+            dq=self._dq_mma(),
         )
+
+    def _dq_mma(self) -> cute.TiledMma:
+        d, bm, MN = self.head_dim_padded, self.block_m, OperandMajorMode.MN
+        if self.config.dq_transposed:
+            return _tiled_mma(self.dtype, MN, MN, (2, 1), bm)
+        if self.config.dq_split_rows:
+            return _tiled_mma(self.dtype, MN, MN, (2, 1), d)
+        return _tiled_mma(self.dtype, MN, MN, (1, 2), d // 2)
 
     @cute.jit
     def __call__(
@@ -199,7 +210,7 @@ class FlashAttentionBackwardSm90:
         tma_K, tK = tma.make_tma(load, mK_t, sK_layout, bn, d)
         tma_V, tV = tma.make_tma(load, mV_t, sV_layout, bn, d)
         reduce_add = cpasync.CopyReduceBulkTensorTileS2GOp()
-        tma_dQ, tdQ = tma.make_tma(reduce_add, tma.bshd_to_sdhb(mdQaccum), sdQ_layout, 64, self.dq_cols)
+        tma_dQ, tdQ = tma.make_tma(reduce_add, tma.bshd_to_sdhb(mdQaccum), sdQ_layout, self.dq_rows, self.dq_cols)
         self.tx_bytes_q = tma.tx_bytes(self.dtype, sQ_layout) + bm * 4  # a Q (or dO) tile and its LSE (or D) row
         self.tx_bytes_kv = tma.tx_bytes(self.dtype, sK_layout) + tma.tx_bytes(self.dtype, sV_layout)
 
@@ -497,6 +508,7 @@ class FlashAttentionBackwardSm90:
         if cutlass.const_expr(self.config.deterministic):  # this sequence's Q tiles' counters, every query head
             counters = work.seq.heads_stats(mSemaphore, work.stats_offset // self.block_m)
         num_tiles = work.qheads_per_kvhead * work.num_m_blocks
+        dq_box = (self.dq_rows, self.dq_cols)
         for t in cutlass.range(num_tiles, unroll=1):
             head_idx, m_block = self.walk_tile(work, t)
             for wg in cutlass.range_constexpr(2):
@@ -506,7 +518,7 @@ class FlashAttentionBackwardSm90:
                 self.end_turn(counters, work, t - 1)
                 self.wait_turn(counters, tile_info, work, head_idx, m_block)
             for wg in cutlass.range_constexpr(2):
-                # the warpgroup's (64, dq_cols) box: rows split by warpgroup (block_m = 128) or columns (block_m = 64)
+                # the warpgroup's (dq_rows, dq_cols) box: rows split by warpgroup (block_m = 128) or columns
                 box = (m_block * 2 + wg, 0) if cutlass.const_expr(self.config.dq_split_rows) else (m_block, wg)
                 cute.arch.barrier(barrier_id=DQ_FULL_BARRIER + wg, number_of_threads=DQ_HANDOFF_THREADS)
                 tdQsdQ, tdQgdQ = cpasync.tma_partition(
@@ -514,7 +526,7 @@ class FlashAttentionBackwardSm90:
                     0,
                     cute.make_layout(1),
                     cute.group_modes(sdQ[None, None, wg], 0, 2),
-                    cute.group_modes(cute.local_tile(mdQ_s[None, None, head_idx], (64, self.dq_cols), box), 0, 2),
+                    cute.group_modes(cute.local_tile(mdQ_s[None, None, head_idx], dq_box, box), 0, 2),
                 )
                 cute.copy(tma_dQ, tdQsdQ, tdQgdQ)
                 cute.arch.cp_async_bulk_commit_group()
@@ -602,7 +614,10 @@ class FlashAttentionBackwardSm90:
             store_scores=store_scores,
             tScores=store_scores.partition_D(smem.sdS),
             store_dQ=self.store_dq_copy(tidx),
-            sdQ=smem.sdQ[None, None, tidx // 128],
+            # this warpgroup's dQ tile (its transposed view for dQ^T)
+            sdQ=transpose_view(smem.sdQ)[None, None, tidx // 128]
+            if cutlass.const_expr(self.config.dq_transposed)
+            else smem.sdQ[None, None, tidx // 128],
             alibi=mAlibi,  # with config.alibi
             # shared-memory descriptors of every GEMM operand (stage mode last), register operands, dK's and dV's
             # accumulators
@@ -623,6 +638,12 @@ class FlashAttentionBackwardSm90:
         d, bm, bn = self.head_dim_padded, self.block_m, self.block_n
         sQt, sdOt, sKt = (transpose_view(s) for s in (smem.sQ, smem.sdO, smem.sK))  # (D, rows, stage)
         sdS = transpose_view(smem.sdS)  # dS: (block_m, block_n, stage)
+        if self.config.dq_transposed:  # dQ^T = K^T dS^T: A = K^T, B = dS
+            tdQrKt = wg.dq.make_fragment_A(wg.dq.partition_A(sKt))[None, None, None, 0]
+            tdQrdS = wg.dq.make_fragment_B(wg.dq.partition_B(sdS))
+        else:
+            tdQrdS = wg.dq.make_fragment_A(wg.dq.partition_A(sdS))
+            tdQrKt = wg.dq.make_fragment_B(wg.dq.partition_B(sKt))[None, None, None, 0]
         return dict(
             tSrK=wg.sdp.make_fragment_A(wg.sdp.partition_A(smem.sK))[None, None, None, 0],
             tSrQ=wg.sdp.make_fragment_B(wg.sdp.partition_B(smem.sQ)),
@@ -632,8 +653,8 @@ class FlashAttentionBackwardSm90:
             tdKrdS=thr.dkv.make_fragment_A(thr.dkv.partition_shape_A((bn, bm))),
             tdVrdOt=wg.dkv.make_fragment_B(wg.dkv.partition_B(sdOt)),
             tdKrQt=wg.dkv.make_fragment_B(wg.dkv.partition_B(sQt)),
-            tdQrdS=wg.dq.make_fragment_A(wg.dq.partition_A(sdS)),
-            tdQrKt=wg.dq.make_fragment_B(wg.dq.partition_B(sKt))[None, None, None, 0],
+            tdQrdS=tdQrdS,
+            tdQrKt=tdQrKt,
             acc_dK=thr.dkv.make_fragment_C(thr.dkv.partition_shape_C((bn, d))),
             acc_dV=thr.dkv.make_fragment_C(thr.dkv.partition_shape_C((bn, d))),
         )
@@ -767,12 +788,15 @@ class FlashAttentionBackwardSm90:
         cute.copy(mma.store_scores, mma.store_scores.retile(rdS), mma.tScores[None, None, None, stage])
         cute.arch.fence_view_async_shared()  # the generic-proxy writes, visible to wgmma
         cute.arch.barrier(barrier_id=DS_BARRIER, number_of_threads=CONSUMER_THREADS)  # both halves of dS^T
-        acc_dQ = mma.thr_dq.make_fragment_C(mma.thr_dq.partition_shape_C((bm, d)))
+        dq_shape, dq_operands = (bm, d), (mma.tdQrdS[None, None, None, stage], mma.tdQrKt)
+        if cutlass.const_expr(self.config.dq_transposed):  # dQ^T = K^T dS^T
+            dq_shape, dq_operands = (d, bm), dq_operands[::-1]
+        acc_dQ = mma.thr_dq.make_fragment_C(mma.thr_dq.partition_shape_C(dq_shape))
         if cutlass.const_expr(self.config.dv_before_ds):  # dK's MMA runs while dQ goes to shared memory
-            gemm(mma.tiled_mma_dq, acc_dQ, mma.tdQrdS[None, None, None, stage], mma.tdQrKt, True, -1)
+            gemm(mma.tiled_mma_dq, acc_dQ, *dq_operands, True, -1)
             gemm(mma.tiled_mma_dkv, mma.acc_dK, mma.tdKrdS, mma.tdKrQt[None, None, None, stage], False, 1)
         else:
-            gemm(mma.tiled_mma_dq, acc_dQ, mma.tdQrdS[None, None, None, stage], mma.tdQrKt, True, 0)
+            gemm(mma.tiled_mma_dq, acc_dQ, *dq_operands, True, 0)
         pipes.do.consumer_release(state)  # dV is done with dO
         self.stage_dq(mma, acc_dQ)
         warpgroup.wait_group(0)  # dK is done with Q
@@ -781,11 +805,13 @@ class FlashAttentionBackwardSm90:
         return state
 
     def store_dq_copy(self, tidx: Int32) -> cute.TiledCopy:
-        """Thread ``tidx``'s copy of its warpgroup's dQ part, registers -> its (64, dq_cols) shared-memory tile (as a
-        one-warpgroup MMA's C)."""
+        """Thread ``tidx``'s copy of its warpgroup's dQ part, registers -> its (dq_rows, dq_cols) shared-memory tile
+        (as a one-warpgroup MMA's C); with dq_transposed, its dQ^T part (64, block_m) into the tile's transposed
+        view, a value a store (a thread's neighbouring values are a row apart there)."""
+        transposed, MN = self.config.dq_transposed, OperandMajorMode.MN
         return cute.make_tiled_copy_C(
-            cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), Float32, num_bits_per_copy=64),
-            _tiled_mma(self.dtype, OperandMajorMode.MN, OperandMajorMode.MN, (1, 1), self.dq_cols),
+            cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), Float32, num_bits_per_copy=32 if transposed else 64),
+            _tiled_mma(self.dtype, MN, MN, (1, 1), self.block_m if transposed else self.dq_cols),
         ).get_slice(tidx % 128)
 
     @cute.jit

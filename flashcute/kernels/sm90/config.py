@@ -212,7 +212,8 @@ class Sm90BwdConfig:
     block_n rows of K/V per thread block, split between two consumer warpgroups (64 key rows each, or when wide
     half of S's key columns each); block_m rows of Q per step, num_stages shared-memory buffers of Q, dO, LSE and D
     (filled by TMA) and of dS. The dQ GEMM of a step is split between the two consumer warpgroups along its rows
-    when block_m is 128, along the head dim when block_m is 64.
+    when block_m is 128, along the head dim when block_m is 64; at block_m = 80 (no warpgroup's M) they compute
+    dQ^T = K^T dS, 64 head-dim rows each (dq_transposed).
     packed: the batch is packed variable-length sequences (kernels/common/seqlen.py).
     softcap: the scores are capped, softcap * tanh(score / softcap) (kernels/common/softcap.py).
     alibi: the scores take the ALiBi bias (kernels/common/alibi.py).
@@ -270,6 +271,11 @@ class Sm90BwdConfig:
         """The consumer warpgroups split dQ's rows (True) or its head dim (False)."""
         return self.block_m == 64 * self.num_mma_warpgroups
 
+    @property
+    def dq_transposed(self) -> bool:
+        """A Q tile's rows are no multiple of a warpgroup's 64: the step computes dQ^T, the head dim as rows."""
+        return self.block_m % 64 != 0
+
     def smem_bytes(self) -> int:
         """K and V tiles, num_stages Q and dO tiles, dS tiles (num_stages of them; when wide two of P and two of
         dS; 2 bytes an element), num_stages LSE and D rows and a dQ tile (4 bytes an element), and one KB for the
@@ -280,15 +286,18 @@ class Sm90BwdConfig:
         return tiles + 4 * (2 * stages * self.block_m + self.block_m * d) + 1024
 
 
-def _backward_tiles(bucket: int, keeps_t: bool) -> tuple[int, int]:
+def _backward_tiles(bucket: int, softcap: bool, alibi: bool, masked: bool) -> tuple[int, int]:
     """(block_m, block_n) of a head-dim bucket (docs/tuning-sm90.md, Backward tiles; over 128, Backward at D=192
-    and D=256); ``keeps_t``: the step holds a copy of the capped scores beside the bias (softcap and ALiBi)."""
+    and D=256); ``masked``: a causal or window mask."""
+    keeps_t = softcap and alibi  # the step holds a copy of the capped scores beside the bias
     if bucket <= 64:
         return (128, 128)  # at 32 and 64 the Q tile can be 128 rows
     if bucket == 96:
         return (64, 128)  # FlashAttention-3's D=96 tile; dQ's head dim split 48 + 48 (K in 16-column swizzle atoms)
+    if bucket == 128 and not (masked or softcap):
+        return (80, 128)  # FlashAttention-3's: a step's fixed costs over 80 rows (dQ^T); capped scores spill there
     if bucket == 128:
-        return (64, 128)  # keeps dV, dK, S and dP of 64 key rows in a warpgroup's 240 registers
+        return (64, 128)  # under a mask FlashAttention-3's too: fewer rows of a Q tile past the diagonal
     if bucket == 192:
         if keeps_t:
             return (64, 64)  # with the capped scores' copy, 96-key tiles spill (2-6 registers), 64-key ones do not
@@ -310,8 +319,8 @@ def sm90_bwd_config(
     """The heuristic for the Hopper backward kernel (window_right = 0 is causal; ``packed`` and ``softcap`` as in
     sm90_fwd_config; ``deterministic``: dQ added in a fixed order)."""
     bucket = head_dim_bucket(head_dim)
-    tiles = _backward_tiles(bucket, softcap and alibi)
     mask_right, mask_left = masks(window_left, window_right)
+    tiles = _backward_tiles(bucket, softcap, alibi, mask_right or mask_left)
     return Sm90BwdConfig(
         dtype=dtype,
         head_dim_padded=bucket,
@@ -324,7 +333,7 @@ def sm90_bwd_config(
         softcap=softcap,
         alibi=alibi,
         deterministic=deterministic,
-        # D=128: dV under dS^T, 1.03-1.07x; D=64: P^T (32 registers) held through dS^T spills (tuning-sm90.md);
-        # D=96 spills in neither order: D=128's
-        dv_before_ds=bucket >= 96,
+        # D=128: dV under dS^T, 1.03-1.07x; D=64: P^T (32 registers) held through dS^T spills (tuning-sm90.md),
+        # and so does D=128's 80-row P^T (and serializes the wgmmas); D=96 spills in neither order: D=128's
+        dv_before_ds=bucket >= 96 and tiles[0] != 80,
     )
