@@ -20,7 +20,7 @@ from tests.test_bwd import check_against_spec_grads, lse_loss_grads, same_precis
 pytestmark = pytest.mark.gpu
 
 # lengths at and around the tile edges of both families (64, 80, 96, 128, 176, 192 rows)
-EDGES = (1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257)
+EDGES = (1, 63, 64, 65, 79, 80, 81, 127, 128, 129, 159, 160, 161, 191, 192, 193, 239, 240, 241, 255, 256, 257)
 
 
 def lengths(max_len: int):
