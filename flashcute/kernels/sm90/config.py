@@ -294,8 +294,8 @@ def _backward_tiles(bucket: int, softcap: bool, alibi: bool, masked: bool) -> tu
         return (128, 128)  # at 32 and 64 the Q tile can be 128 rows
     if bucket == 96:
         return (64, 128)  # FlashAttention-3's D=96 tile; dQ's head dim split 48 + 48 (K in 16-column swizzle atoms)
-    if bucket == 128 and not (masked or softcap):
-        return (80, 128)  # FlashAttention-3's: a step's fixed costs over 80 rows (dQ^T); capped scores spill there
+    if bucket == 128 and not (masked or softcap or alibi):
+        return (80, 128)  # FlashAttention-3's: a step's fixed costs over 80 rows (dQ^T); cap and bias spill there
     if bucket == 128:
         return (64, 128)  # under a mask FlashAttention-3's too: fewer rows of a Q tile past the diagonal
     if bucket == 192:
