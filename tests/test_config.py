@@ -222,7 +222,7 @@ def test_sm90_bwd_head_dims():
     assert all(sm90_bwd_config(d, "float16").wide for d in (136, 192, 200, 256))
 
 
-def test_sm90_bwd_takes_80_row_q_tiles_at_d128_without_a_mask_or_a_cap():
+def test_sm90_bwd_takes_80_row_q_tiles_at_d128_without_a_mask_a_cap_or_a_bias():
     """FlashAttention-3's D=128 tile without a mask: dQ computed transposed (80 rows are no warpgroup's M), dV's MMA
     issued with dK's (P^T held through dS^T spills at 80 rows); under a mask, with capped or biased scores, 64 rows."""
     plain = sm90_bwd_config(128, "bfloat16")

@@ -295,9 +295,9 @@ def _backward_tiles(bucket: int, softcap: bool, alibi: bool, masked: bool) -> tu
     if bucket == 96:
         return (64, 128)  # FlashAttention-3's D=96 tile; dQ's head dim split 48 + 48 (K in 16-column swizzle atoms)
     if bucket == 128 and not (masked or softcap or alibi):
-        return (80, 128)  # FlashAttention-3's: a step's fixed costs over 80 rows (dQ^T); cap and bias spill there
+        return (80, 128)  # FlashAttention-3's: a step's fixed costs over 80 rows (dQ^T); cap, bias: spills or serial
     if bucket == 128:
-        return (64, 128)  # under a mask FlashAttention-3's too: fewer rows of a Q tile past the diagonal
+        return (64, 128)  # under a mask both references' too; the 80-row masked kernel spills and serializes wgmmas
     if bucket == 192:
         if keeps_t:
             return (64, 64)  # with the capped scores' copy, 96-key tiles spill (2-6 registers), 64-key ones do not
