@@ -398,12 +398,12 @@ KNOWN_SPILLS: dict[str, str] = {
         _built(
             f"sm_90a-sm90bwd-{name}"
             for name in (
-                "bfloat16-d64-128x128s2-dvlate-both",
-                "bfloat16-d64-128x128s2-dvlate-both-packed",
-                "bfloat16-d64-128x128s2-dvlate-det-both",
-                *(f"{dtype}-d64-128x128s2-dvlate-{mask}-softcap" for dtype in DTYPES for mask in MASK_NAMES.values()),
-                *(f"{dtype}-d64-128x128s2-dvlate-{mask}-alibi" for dtype in DTYPES for mask in ("right", "left")),
-                "float16-d64-128x128s2-dvlate-nomask-alibi",
+                "bfloat16-d64-128x128s2-dvlate-dkearly-both",
+                "bfloat16-d64-128x128s2-dvlate-dkearly-both-packed",
+                "bfloat16-d64-128x128s2-dvlate-dkearly-det-both",
+                *(f"{t}-d64-128x128s2-dvlate-dkearly-{mask}-softcap" for t in DTYPES for mask in MASK_NAMES.values()),
+                *(f"{t}-d64-128x128s2-dvlate-dkearly-{mask}-alibi" for t in DTYPES for mask in ("right", "left")),
+                "float16-d64-128x128s2-dvlate-dkearly-nomask-alibi",
             )
         ),
         _SM90_BWD,

@@ -227,6 +227,8 @@ def test_sm90_bwd_takes_80_row_q_tiles_at_d128_without_a_mask_a_cap_or_a_bias():
     issued with dK's (P^T held through dS^T spills at 80 rows); under a mask, with capped or biased scores, 64 rows."""
     plain = sm90_bwd_config(128, "bfloat16")
     assert (plain.block_m, plain.dq_transposed, plain.dq_split_rows, plain.dv_before_ds) == (80, True, False, False)
+    # dK's MMA after dQ's, under dQ's trip to shared memory, but at D=64 (dS^T held through dQ's MMA spills there)
+    assert [sm90_bwd_config(d, "bfloat16").dk_after_dq for d in (32, 64, 96, 128)] == [True, False, True, True]
     for variant in ({"packed": True}, {"deterministic": True}):
         assert sm90_bwd_config(128, "float16", **variant).block_m == 80
     for window, variant in (((-1, 0), {}), ((64, -1), {}), ((-1, -1), {"softcap": True}), ((-1, -1), {"alibi": True})):

@@ -91,6 +91,7 @@ CASES = (
         deterministic=True,
         packed=((130, 7), (200, 190)),
     ),
+    Case((0, 0, 0, 2, 2, 128), {}, backward=True, deterministic=True, packed=((81, 0, 160), (100, 30, 241))),
 )
 
 

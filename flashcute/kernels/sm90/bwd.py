@@ -22,7 +22,7 @@ dQ of a step goes registers -> shared memory (float32) -> global memory with a T
 (cp.reduce.async.bulk.tensor), which adds a whole tile at L2 and clips rows past seqlen_q and columns past the
 head dim, so the consumers issue no per-element atomics. A warp of its own, the dQ writer, issues the reduce-adds
 and waits for them to have read shared memory; the consumers only wait, at the next step, until their dQ tile is
-free, and (dv_before_ds) write it while dK's MMA runs (docs/tuning-sm90.md, Backward dQ writer warp).
+free, and (dk_after_dq) write it while dK's MMA runs (docs/tuning-sm90.md, Backward dQ writer warp).
 
 Warpgroup 0 is the producer: one warp loads K and V once, then Q with its LSE and dO with its D for every Q tile
 into a ring of num_stages buffers guarded by mbarriers (TMA for the tiles, bulk copies for the two rows of
@@ -781,8 +781,9 @@ class FlashAttentionBackwardSm90:
         if cutlass.const_expr(not self.config.dv_before_ds):
             store_probs(acc_S, mma.tdVrP)
         store_probs(acc_dP, mma.tdKrdS)
-        if cutlass.const_expr(not self.config.dv_before_ds):
+        if cutlass.const_expr(not self.config.dv_before_ds):  # dV's MMA runs across the dS^T barrier
             gemm(mma.tiled_mma_dkv, mma.acc_dV, mma.tdVrP, mma.tdVrdOt[None, None, None, stage], False, -1)
+        if cutlass.const_expr(not self.config.dk_after_dq):
             gemm(mma.tiled_mma_dkv, mma.acc_dK, mma.tdKrdS, mma.tdKrQt[None, None, None, stage], False, -1)
         rdS = cute.make_tensor(mma.tdKrdS.iterator, acc_dP.layout)
         cute.copy(mma.store_scores, mma.store_scores.retile(rdS), mma.tScores[None, None, None, stage])
@@ -792,7 +793,7 @@ class FlashAttentionBackwardSm90:
         if cutlass.const_expr(self.config.dq_transposed):  # dQ^T = K^T dS^T
             dq_shape, dq_operands = (d, bm), dq_operands[::-1]
         acc_dQ = mma.thr_dq.make_fragment_C(mma.thr_dq.partition_shape_C(dq_shape))
-        if cutlass.const_expr(self.config.dv_before_ds):  # dK's MMA runs while dQ goes to shared memory
+        if cutlass.const_expr(self.config.dk_after_dq):  # dK's MMA runs while dQ goes to shared memory
             gemm(mma.tiled_mma_dq, acc_dQ, *dq_operands, True, -1)
             gemm(mma.tiled_mma_dkv, mma.acc_dK, mma.tdKrdS, mma.tdKrQt[None, None, None, stage], False, 1)
         else:

@@ -219,10 +219,11 @@ class Sm90BwdConfig:
     alibi: the scores take the ALiBi bias (kernels/common/alibi.py).
     deterministic: the K/V tiles add into each Q tile's dQ in a fixed order (kernels/common/semaphore.py), so dQ is
     the same bit for bit from run to run.
-    dv_before_ds: dV's MMA is issued as soon as P^T is in registers and runs while dS^T is computed, and dK's runs
-    while dQ goes to shared memory; else dV's and dK's are issued together once dS^T is in registers, and dQ waits
-    for both (P^T's registers are then free while dS^T is computed). The keys-as-rows kernel's only: the wide one
-    issues dV^T's and dK^T's MMAs before dQ's.
+    dv_before_ds: dV's MMA is issued as soon as P^T is in registers and runs while dS^T is computed; else once dS^T
+    is in registers, before the dS^T barrier (P^T's registers are then free while dS^T is computed).
+    dk_after_dq: dK's MMA is issued after dQ's and runs while dQ goes to shared memory; else with dV's (after it),
+    and dQ waits for both (dS^T's registers are then free while dQ goes to shared memory). Both the keys-as-rows
+    kernel's only: the wide one issues dV^T's and dK^T's MMAs before dQ's.
     """
 
     dtype: str
@@ -237,11 +238,14 @@ class Sm90BwdConfig:
     alibi: bool = False
     deterministic: bool = False
     dv_before_ds: bool = True
+    dk_after_dq: bool = True
 
     @property
     def label(self) -> str:
-        """ "sm90bwd-bfloat16-d128-64x128s2-right" ("-dvlate": not dv_before_ds; "-det": deterministic)."""
-        order = ("" if self.dv_before_ds else "-dvlate") + ("-det" if self.deterministic else "")
+        """ "sm90bwd-bfloat16-d128-64x128s2-right" ("-dvlate": not dv_before_ds; "-dkearly": not dk_after_dq;
+        "-det": deterministic)."""
+        order = ("" if self.dv_before_ds else "-dvlate") + ("" if self.dk_after_dq else "-dkearly")
+        order += "-det" if self.deterministic else ""
         tiles = f"{self.block_m}x{self.block_n}s{self.num_stages}{order}"
         return attention_label(self, "sm90bwd", tiles)
 
@@ -336,4 +340,6 @@ def sm90_bwd_config(
         # D=128: dV under dS^T, 1.03-1.07x; D=64: P^T (32 registers) held through dS^T spills (tuning-sm90.md),
         # and so does D=128's 80-row P^T (and serializes the wgmmas); D=96 spills in neither order: D=128's
         dv_before_ds=bucket >= 96 and tiles[0] != 80,
+        # D=64: dS^T (32 registers) held through dQ's MMA spills (2 spill instructions without a mask, 27 causal)
+        dk_after_dq=bucket != 64,
     )
