@@ -33,15 +33,18 @@ def test_every_tile_exactly_once_longest_first(num_m_blocks, nheads, batch, sect
 
 def test_heads_per_section():
     assert L2_BYTES // (4096 * 512) == 25  # heads of 2 MB that fit ...
-    assert heads_per_section(4096, 128) == 16  # ... rounded down to a power of two
-    assert heads_per_section(4096, 64) == 32  # 50 fit
-    assert heads_per_section(10**7, 256) == 1  # one head over L2 still makes a section
+    assert heads_per_section(4096, 4 * 128) == 16  # ... rounded down to a power of two (the forward's K and V)
+    assert heads_per_section(4096, 4 * 64) == 32  # 50 fit
+    assert heads_per_section(10**7, 4 * 256) == 1  # one head over L2 still makes a section
+    # the backward's Q, dO and float32 dQ accumulator: at 1k queries and D=128, 1 MB a head, 32 heads (as
+    # flash-attn-4's backward takes); Q and dO alone (64 heads) overflowed L2 with the accumulator beside them
+    assert heads_per_section(1024, 8 * 128) == 32
 
 
-@given(st.integers(1, 1 << 20), st.sampled_from([32, 64, 96, 128, 192, 256]))
-def test_heads_per_section_is_the_largest_power_of_two_that_fits(seqlen_k, head_dim):
-    fit = max(L2_BYTES // (4 * head_dim) // seqlen_k, 1)
-    section = heads_per_section(seqlen_k, head_dim)
+@given(st.integers(1, 1 << 20), st.sampled_from([32, 64, 96, 128, 192, 256]), st.sampled_from([4, 8]))
+def test_heads_per_section_is_the_largest_power_of_two_that_fits(rows, head_dim, bytes_per_element):
+    fit = max(L2_BYTES // (bytes_per_element * head_dim) // rows, 1)
+    section = heads_per_section(rows, bytes_per_element * head_dim)
     assert section & (section - 1) == 0 and section <= fit < 2 * section
 
 

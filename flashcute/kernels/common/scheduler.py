@@ -26,12 +26,13 @@ from cutlass import Int32
 L2_BYTES = 50 * 1024 * 1024  # H100 and H200 both have 50 MB of L2
 
 
-def heads_per_section(seqlen_k, head_dim: int, element_bytes: int = 2):
-    """How many heads' K and V (seqlen_k x head_dim each) fit in L2 together, at least 1, rounded down to a power
-    of two (FlashAttention's rule, which leaves room for Q and O: they pass through L2 too; sections that fill L2
-    to the brim read twice the DRAM bytes: docs/tuning-sm90.md, L2 sections). (Divides rather than multiplies, so
-    a long seqlen_k cannot overflow Int32.)"""
-    fit = cutlass.max(L2_BYTES // (2 * head_dim * element_bytes) // seqlen_k, 1)
+def heads_per_section(rows, bytes_per_row: int):
+    """How many heads of ``rows`` rows of ``bytes_per_row`` bytes each (the forward: K and V, 4 * head_dim bytes a
+    key; the backward: Q, dO and the float32 dQ accumulator, 8 * head_dim bytes a query) fit in L2 together, at
+    least 1, rounded down to a power of two (FlashAttention's rule, which leaves room for what else passes through
+    L2; sections that fill L2 to the brim read twice the DRAM bytes: docs/tuning-sm90.md, L2 sections). (Divides
+    rather than multiplies, so a long sequence cannot overflow Int32.)"""
+    fit = cutlass.max(L2_BYTES // bytes_per_row // rows, 1)
     for shift in (1, 2, 4, 8, 16):  # every bit below the highest set, then keep only the highest
         fit = fit | (fit >> shift)
     return fit - (fit >> 1)

@@ -263,9 +263,10 @@ class FlashAttentionBackwardSm90:
             window_left,
             window_right,
             num_n_blocks,
-            # Under a mask, K/V tiles go longest first in sections of kv heads whose Q and dO fit in L2 together;
-            # without one, every K/V tile of a head before the next head (all the same length).
-            heads_per_section(seqlen_q * (mQ.shape[2] // mK.shape[2]), d)
+            # Under a mask, K/V tiles go longest first in sections of kv heads whose Q, dO (2 bytes an element) and
+            # float32 dQ accumulator fit in L2 together; without one, every K/V tile of a head before the next head
+            # (all the same length).
+            heads_per_section(seqlen_q * (mQ.shape[2] // mK.shape[2]), 8 * d)
             if cutlass.const_expr(self.config.mask_right)
             else 1,
             batch,

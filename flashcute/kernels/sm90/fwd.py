@@ -191,7 +191,7 @@ class FlashAttentionForwardSm90:
         # the running thread blocks on fewer heads (docs/tuning-sm90.md, L2 sections).
         section = 1
         if cutlass.const_expr(self.config.mask_right):
-            section = heads_per_section(seqlen_k, mK.shape[3])
+            section = heads_per_section(seqlen_k, 4 * mK.shape[3])  # K and V
         divisors = tile_divisors(num_m_blocks, mQ.shape[2], batch, section, make=cute.FastDivmodDivisorV2)
         scale_log2, softcap_multiplier = softcap_scales(softmax_scale, softcap)
         page_div = seq_rows_div = None  # config.page_rows: positions to pages, rows to sequences, by multiply and shift
