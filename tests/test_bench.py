@@ -423,6 +423,9 @@ def test_sweep_rounds_alternate_backends_and_keep_the_median(monkeypatch):
     shape = Shape("bf16", 32, False, 64, 1, 2)
     rows = list(sweep([shape], [backend("a"), backend("b"), backend("flaky")], Settings(rounds=3, check=False)))
     assert [(r.backend, r.status, r.ms) for r in rows] == [("a", "ok", 2.0), ("b", "ok", 7.0), ("flaky", "ok", 4.0)]
+    # each round kept, and their spread: (slowest - fastest) / median; none from the one round flaky finished
+    assert [r.rounds_ms for r in rows] == [(3.0, 1.0, 2.0), (5.0, 9.0, 7.0), (4.0,)]
+    assert [r.spread for r in rows] == [pytest.approx(1.0), pytest.approx(4 / 7), None]
     # first call and first timing per backend, then rounds 1 and 2 of runner.round_order: b flaky(fails) a,
     # flaky(fails) a b
     assert calls == ["a", "a", "b", "b", "flaky", "flaky", "b", "flaky", "a", "flaky", "a", "b"]
@@ -494,7 +497,9 @@ def test_sink_and_alibi_flags_cross_the_dense_grid_each_variant_a_group(capsys):
 
 def test_sink_and_alibi_rows_round_trip_and_plot_apart(tmp_path):
     shapes = [SHAPE, dataclasses.replace(SHAPE, sink=True), dataclasses.replace(SHAPE, softcap=30.0, alibi=True)]
-    results = Results({"pass": "fwd"}, [Row("flashcute-sm90", shape, "fwd", "ok", ms=1.0) for shape in shapes])
+    rows = [Row("flashcute-sm90", shape, "fwd", "ok", ms=1.0) for shape in shapes]
+    # the first with two rounds (a list in JSON, a tuple again once loaded)
+    results = Results({"pass": "fwd"}, [dataclasses.replace(rows[0], rounds_ms=(1.0, 1.25)), *rows[1:]])
     results.save(tmp_path / "results.json")
     loaded = Results.load(tmp_path / "results.json")
     assert loaded == results and [row.shape.scores for row in loaded.rows] == [
@@ -502,9 +507,10 @@ def test_sink_and_alibi_rows_round_trip_and_plot_apart(tmp_path):
         (0.0, True, False),
         (30.0, False, True),
     ]
-    old_row = {name: value for name, value in results.rows[0].to_dict().items() if name not in ("sink", "alibi")}
+    old_row = {k: v for k, v in results.rows[0].to_dict().items() if k not in ("sink", "alibi", "rounds_ms")}
     (tmp_path / "old.json").write_text(json.dumps({"meta": {}, "rows": [old_row]}))
-    assert Results.load(tmp_path / "old.json").rows == results.rows[:1]  # saved before sinks and ALiBi: plain
+    # saved before sinks, ALiBi and the rounds' times: plain, one reading
+    assert Results.load(tmp_path / "old.json").rows == [dataclasses.replace(results.rows[0], rounds_ms=None)]
     text = render(results)
     assert (
         "## bf16 · D=128 · non-causal · sink\n" in text

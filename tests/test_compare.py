@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from flashcute.bench.grid import Shape
+from flashcute.bench.results import Row
 from flashcute.reference import attention_same_precision
 from flashcute.tools.compare import renamed
+from flashcute.tools.side_by_side import point_lines
 from tests.helpers import no_gpu, run_main, time_on_the_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,6 +190,20 @@ def test_run_on_the_cpu_prints_each_point_and_the_spread(
         (backend, pass_, "ok") for backend in ("new", "base", "sdpa-math")
     ] * 2
     assert saved["summary"]["new/base"] == pytest.approx({"points": 2, "min": 1.1, "median": 1.1, "max": 1.1})
+
+
+def test_a_point_shows_how_far_its_rounds_spread():
+    """Each backend's TFLOP/s, then (with several rounds) (slowest - fastest) / median of its rounds' times."""
+    shape = Shape("bf16", 128, True, 1024, 16, 16)
+    rows = (
+        Row("new", shape, "bwd", "ok", ms=2.0, rounds_ms=(2.0, 1.8, 2.2)),
+        Row("base", shape, "bwd", "ok", ms=2.0),
+        Row("fa4", shape, "bwd", "failed", reason="RuntimeError: no"),
+    )
+    line, note = point_lines(rows, {("new", "base"): 1.0}).splitlines()
+    tflops = shape.flops("bwd") / 2e9
+    assert line == f"{shape.label()} | new {tflops:.1f} (20%)  base {tflops:.1f}  fa4 failed | new/base 1.000"
+    assert note == "  fa4 failed: RuntimeError: no"
 
 
 @no_gpu

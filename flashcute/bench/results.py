@@ -1,6 +1,7 @@
 """What a sweep produces: one row per (backend, shape), the metadata, and their JSON form."""
 
 import json
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,8 @@ class Row:
     first_call_ms: float | None = None
     errors: dict[str, dict[str, float]] | None = None
     """Errors against the float64 reference, on the row where the backend was checked."""
+    rounds_ms: tuple[float, ...] | None = None
+    """Each round's milliseconds where more than one was timed (ms is their median)."""
 
     @property
     def tflops(self) -> float | None:
@@ -48,6 +51,14 @@ class Row:
     @property
     def unit(self) -> str:
         return "TB/s" if self.shape.decode else "TFLOP/s"
+
+    @property
+    def spread(self) -> float | None:
+        """(slowest - fastest) / median over the rounds, None with fewer than two: how far one reading can be
+        trusted."""
+        if not self.rounds_ms or len(self.rounds_ms) < 2:
+            return None
+        return (max(self.rounds_ms) - min(self.rounds_ms)) / statistics.median(self.rounds_ms)
 
     @property
     def key(self) -> tuple[str, str, Shape]:
@@ -70,8 +81,10 @@ class Row:
         # head dim differs; JSON gives lengths back as a list
         fields = {name: data[name] for name in Shape.__dataclass_fields__ if name in data}
         shape = Shape(**{**fields, "lengths": tuple(data.get("lengths", ()))})
-        names = set(cls.__dataclass_fields__) - {"shape", "pass_"}
-        return cls(shape=shape, pass_=data["pass"], **{name: data[name] for name in names if name in data})
+        names = set(cls.__dataclass_fields__) - {"shape", "pass_", "rounds_ms"}
+        rounds = tuple(data["rounds_ms"]) if data.get("rounds_ms") is not None else None  # (a list in JSON)
+        fields = {name: data[name] for name in names if name in data}
+        return cls(shape=shape, pass_=data["pass"], rounds_ms=rounds, **fields)
 
 
 @dataclass

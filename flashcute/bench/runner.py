@@ -105,8 +105,8 @@ def round_order(items: list, round_idx: int) -> list:
 
 def more_rounds(measured: list[tuple[Backend, Row, Callable[[], object] | None]], settings: Settings) -> list[Row]:
     """settings.rounds - 1 more timings of every timed step, backend after backend in round_order's order of rounds
-    1, 2, ...; each row's time becomes the median of its rounds. A backend that fails in a later round keeps the
-    rounds it finished."""
+    1, 2, ...; each row's time becomes the median of its rounds (rounds_ms: each of them). A backend that fails in a
+    later round keeps the rounds it finished."""
     times = {row.backend: [row.ms] for _, row, step in measured if step is not None}
     for round_idx in range(1, settings.rounds):
         for backend, row, step in round_order(measured, round_idx):
@@ -115,7 +115,9 @@ def more_rounds(measured: list[tuple[Backend, Row, Callable[[], object] | None]]
                 if failure is None:
                     times[row.backend].append(ms)
     return [
-        dataclasses.replace(row, ms=statistics.median(times[row.backend])) if step is not None else row
+        dataclasses.replace(row, ms=statistics.median(times[row.backend]), rounds_ms=tuple(times[row.backend]))
+        if step is not None
+        else row
         for _, row, step in measured
     ]
 

@@ -58,10 +58,13 @@ def time_side_by_side(
 
 
 def point_lines(rows: tuple[Row, ...], ratios: dict[Pair, float | None]) -> str:
-    """The shape, each backend's TFLOP/s (or its status) and each ratio on one line; below it why a row has no
-    time or failed the check."""
+    """The shape, each backend's TFLOP/s (or its status; with several rounds, in brackets their spread, Row.spread)
+    and each ratio on one line; below it why a row has no time or failed the check."""
     timings = "  ".join(
-        f"{row.backend} {row.tflops:.1f}" if row.status == "ok" else f"{row.backend} {row.status}" for row in rows
+        f"{row.backend} {row.tflops:.1f}{'' if row.spread is None else f' ({row.spread:.0%})'}"
+        if row.status == "ok"
+        else f"{row.backend} {row.status}"
+        for row in rows
     )
     shown = "  ".join(f"{mine}/{other} {'-' if r is None else f'{r:.3f}'}" for (mine, other), r in ratios.items())
     notes = [f"  {row.backend} {row.status}: {row.reason}" for row in rows if row.reason]
