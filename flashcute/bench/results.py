@@ -31,7 +31,7 @@ class Row:
     errors: dict[str, dict[str, float]] | None = None
     """Errors against the float64 reference, on the row where the backend was checked."""
     rounds_ms: tuple[float, ...] | None = None
-    """Each round's milliseconds where more than one was timed (ms is their median)."""
+    """Each round's milliseconds, as the sweep timed them (ms is their median)."""
 
     @property
     def tflops(self) -> float | None:
