@@ -240,6 +240,17 @@ def test_sm90_bwd_takes_80_row_q_tiles_at_d128_without_a_mask_a_cap_or_a_bias():
     assert "head_dim_padded 128 only" in FlashAttentionBackwardSm90.can_implement(d64, "sm_90a")
 
 
+def test_sm90_bwd_reads_lse_ahead_of_the_wait_only_where_it_pays_and_does_not_spill():
+    """LSE into registers before the wait for S^T: D=128 causal alone (D=32 measured slower; D=64, the 80-row tiles,
+    two-sided windows of packed batches, capped or biased scores spill)."""
+    assert sm90_bwd_config(128, "bfloat16", -1, 0).lse_ahead
+    assert sm90_bwd_config(128, "float16", -1, 0, packed=True, deterministic=True).lse_ahead
+    assert "-lse-" in sm90_bwd_config(128, "bfloat16", -1, 0).label
+    assert not any(sm90_bwd_config(d, "bfloat16", -1, 0).lse_ahead for d in (32, 64, 96, 192, 256))
+    for window, variant in (((-1, -1), {}), ((64, 64), {}), ((-1, 0), {"softcap": True}), ((-1, 0), {"alibi": True})):
+        assert not sm90_bwd_config(128, "bfloat16", *window, **variant).lse_ahead
+
+
 def test_sm90_bwd_refuses_other_targets_and_bad_tiles():
     config = sm90_bwd_config(128, "bfloat16", -1, 0)  # 64-row Q tiles
     assert "sm_90a" in FlashAttentionBackwardSm90.can_implement(config, "sm_80")

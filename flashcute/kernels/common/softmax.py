@@ -329,15 +329,26 @@ def recompute_probs(acc_S: cute.Tensor, lse_log2: cute.Tensor, scale_log2: Float
 
 
 @cute.jit
-def recompute_probs_t(acc_St: cute.Tensor, sLSE: cute.Tensor, tScS: cute.Tensor, scale_log2: Float32):
+def column_stats(sStat: cute.Tensor, tScS: cute.Tensor) -> cute.Tensor:
+    """The per-column statistic (LSE * log2 e, or D) of each column of an S^T fragment whose (row, col) view is
+    ``tScS``, from the Q tile's (block_m,) shared-memory slice ``sStat`` into registers (read ahead of a wait, so
+    that the loads' latency hides under the MMAs)."""
+    vals = cute.make_rmem_tensor(cute.size(tScS, mode=[1]), Float32)
+    for c in cutlass.range_constexpr(cute.size(vals)):
+        vals[c] = sStat[tScS[0, c][1]]
+    return vals
+
+
+@cute.jit
+def recompute_probs_t(acc_St: cute.Tensor, lse: cute.Tensor, tScS: cute.Tensor | None, scale_log2: Float32):
     """recompute_probs for S^T (rows are keys, columns are queries): P^T = exp2(S^T * scale_log2 - LSE * log2(e)).
 
-    ``sLSE`` is the Q tile's (block_m,) shared-memory slice of LSE * log2(e), +inf for rows past seqlen_q and rows
-    that see no key; ``tScS`` the (row, col) coordinates of the fragment.
+    ``lse``: the Q tile's (block_m,) shared-memory slice of LSE * log2(e) read through the fragment's (row, col)
+    view ``tScS``, or (``tScS`` None) column_stats of it; +inf for rows past seqlen_q and rows that see no key.
     """
     s = acc_rows_cols(acc_St)
     for c in cutlass.range_constexpr(cute.size(s.shape[1])):
-        lse_log2 = sLSE[tScS[0, c][1]]
+        lse_log2 = lse[c] if tScS is None else lse[tScS[0, c][1]]
         for r in cutlass.range_constexpr(cute.size(s.shape[0])):
             s[r, c] = cute.math.exp2(s[r, c] * scale_log2 - lse_log2, fastmath=True)
 

@@ -60,7 +60,7 @@ from flashcute.kernels.common.mask import TransposedMask
 from flashcute.kernels.common.scheduler import heads_per_section, rotated, rotated_place, rotation, tile_coords
 from flashcute.kernels.common.seqlen import SeqLens
 from flashcute.kernels.common.softcap import apply_softcap, keep_t, softcap_grad_kept, softcap_grad_t, softcap_scales
-from flashcute.kernels.common.softmax import recompute_probs_t, softmax_grad_t
+from flashcute.kernels.common.softmax import column_stats, recompute_probs_t, softmax_grad_t
 from flashcute.kernels.common.tile_info import TileInfo
 from flashcute.kernels.common.wgmma import gemm, store_probs, transpose_view
 from flashcute.kernels.sm90.config import Sm90BwdConfig
@@ -756,6 +756,9 @@ class FlashAttentionBackwardSm90:
         acc_dP = mma.thr_sdp.make_fragment_C(mma.thr_sdp.partition_shape_C((bn, bm)))
         pipes.q.consumer_wait(state)
         gemm(mma.tiled_mma_sdp, acc_S, mma.tSrK, mma.tSrQ[None, None, None, stage], True, -1)
+        lse_cols = None  # LSE read into registers while dO arrives and S^T's MMA runs (lse_ahead)
+        if cutlass.const_expr(self.config.lse_ahead):
+            lse_cols = column_stats(smem.sLSE[None, stage], mask.tScS)
         pipes.do.consumer_wait(state)
         gemm(mma.tiled_mma_sdp, acc_dP, mma.tdPrV, mma.tdPrdO[None, None, None, stage], True, 1)
         if cutlass.const_expr(self.config.softcap):  # S^T = tanh(S^T * softmax_scale / softcap)
@@ -767,7 +770,10 @@ class FlashAttentionBackwardSm90:
         # steps 4 and 5: mask, P^T = exp2(S^T * scale_log2 - LSE log2 e)
         if cutlass.const_expr(masked):
             mask.apply_mask(acc_S, m_block, work.n_block)
-        recompute_probs_t(acc_S, smem.sLSE[None, stage], mask.tScS, scale_log2)
+        if cutlass.const_expr(lse_cols is not None):
+            recompute_probs_t(acc_S, lse_cols, None, scale_log2)
+        else:  # read at its use, through the fragment's coordinates
+            recompute_probs_t(acc_S, smem.sLSE[None, stage], mask.tScS, scale_log2)
         # step 6: dV += P^T dO and dK += dS^T Q from registers; dS^T to shared memory for dQ = dS K
         if cutlass.const_expr(self.config.dv_before_ds):  # dV's MMA runs while dS^T is computed
             store_probs(acc_S, mma.tdVrP)
