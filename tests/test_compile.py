@@ -33,7 +33,7 @@ from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MASK_NAMES
 from flashcute.kernels.common.prepost_config import AppendConfig, BwdPostConfig, BwdPreConfig, CombineConfig
 from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants, machine_code, step_loops
 from flashcute.kernels.sm80.config import BwdConfig, bwd_config, fwd_config
-from flashcute.kernels.sm90.config import Sm90BwdConfig, Sm90FwdConfig, sm90_fwd_config
+from flashcute.kernels.sm90.config import Sm90BwdConfig, Sm90FwdConfig, sm90_bwd_config, sm90_fwd_config
 from flashcute.kernels.variants import alternative_tile_variants
 
 pytestmark = pytest.mark.compile
@@ -691,6 +691,28 @@ def test_alibi_costs_the_hopper_forwards_free_steps_one_ffma_a_score(tmp_path):
     scores = 64 * plain.block_n // 128  # a consumer thread's share of its warpgroup's 64 x block_n scores
     extra = sorted(adds(ops) - step for ops in reports[1].loop_opcodes[:3])
     assert extra[0] <= scores + 8 and extra[1] <= scores + 8 and extra[2] >= 2 * scores - 8, extra
+
+
+def test_lse_ahead_issues_the_lse_loads_before_the_wait_for_s(tmp_path):
+    """lse_ahead (D=128 under a causal mask): both step loops issue the Q tile's LSE loads (8 LDS.64 at 64-row
+    tiles) before their first wgmma wait, where the loads would otherwise sink to their use after it (as they do in
+    the same kernel without it, which issues no shared-memory load before that wait)."""
+    from flashcute.kernels.sass import _run, compile_and_inspect, innermost_loops
+
+    ahead = sm90_bwd_config(128, "bfloat16", -1, 0)
+    assert ahead.lse_ahead
+
+    def loads_before_the_first_wait(config) -> list[int]:
+        compile_and_inspect(config, "sm_90a", tmp_path / config.label)
+        (cubin,) = (tmp_path / config.label).glob("*.cubin")
+        counts = []
+        for body in innermost_loops(_run("nvdisasm", "-c", str(cubin)))[:2]:
+            first_wait = next(i for i, line in enumerate(body) if "WARPGROUP.DEPBAR" in line)
+            counts.append(sum(" LDS" in line for line in body[:first_wait]))
+        return counts
+
+    assert loads_before_the_first_wait(ahead) == [8, 8]
+    assert loads_before_the_first_wait(dataclasses.replace(ahead, lse_ahead=False)) == [0, 0]
 
 
 def test_known_spills_name_compiled_variants():
