@@ -151,6 +151,16 @@ def test_the_command_runs_the_kept_cases_against_the_stand_in(tmp_path, monkeypa
     assert f"test_flash_attn_output: {kept[0]} of 80, 40 not run: dropout (flashcute has none)" in out
     assert f"test_flash_attn_bwd_overflow: {kept[1]} of 6\n" in out
     assert "test_flash_attn_generator_arg_must_be_none: 0 of 1, 1 not run: calls flash-attention 2's" in out
+    assert out.splitlines()[-1] == "flashcute flash-attn-tests: every case run passed (0)"
+
+
+def test_the_outcome_is_the_last_line_when_a_case_fails(tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(flash_attn_tests, "REQUIRED", ())
+    tests = tmp_path / "test_flash_attn.py"
+    tests.write_text(SMALL_SUITE.replace("    pass\n", "    assert n != 3\n"))
+    assert main(["flash-attn-tests", "--sample", "all", "--workers", "1", str(tests)]) == 1
+    out = capfd.readouterr().out
+    assert "1 failed" in out and out.splitlines()[-1] == "flashcute flash-attn-tests: some cases failed (1)"
 
 
 def test_bad_arguments_are_named(tmp_path, capsys):

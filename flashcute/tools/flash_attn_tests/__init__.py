@@ -6,7 +6,8 @@ no dropout, no test of flash-attention 2's internals, a sample of the rest) and 
 pytest-xdist processes. The tests compare each output and gradient with their own float32 reference, against the
 error of the same computation in the inputs' dtype, and need a GPU, ``einops`` and nothing of flash-attention
 itself. The file is read from a flash-attention checkout (github.com/Dao-AILab/flash-attention) and never kept.
-Arguments after ``--`` go to pytest (e.g. ``-k kvcache``, or test ids to rerun). Exit status: pytest's.
+Arguments after ``--`` go to pytest (e.g. ``-k kvcache``, or test ids to rerun). Exit status: pytest's, and the
+last line of the output says what it means.
 
 The largest cases (a KV cache of 100,000 keys) take about 20 GB of GPU memory each: more than about 12 workers on
 an 80 GB GPU runs out of memory.
@@ -27,6 +28,7 @@ import flashcute
 
 CONFTEST = "from flashcute.tools.flash_attn_tests.selection import *  # noqa: F403\n"
 REQUIRED = ("einops",)  # what flash-attention's tests import besides torch, pytest and flash_attn
+OUTCOMES = {0: "every case run passed", 1: "some cases failed", 5: "no case was run"}  # by pytest's exit status
 
 
 def sample_size(text: str) -> str:
@@ -72,4 +74,6 @@ def run(args: argparse.Namespace) -> int:
         selection = here / "selection.txt"
         if selection.exists():
             print(selection.read_text(), end="")
+    # the outcome last, below the list of what was not run (a log's tail shows it)
+    print(f"flashcute flash-attn-tests: {OUTCOMES.get(status, 'pytest exit status')} ({status})")
     return status
