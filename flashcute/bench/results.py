@@ -79,12 +79,12 @@ class Row:
         # rows saved before packed batches (decode shapes, sinks and ALiBi) were timed have no lengths (seqlen_q,
         # nheads_k, page_size; sink, alibi), whose defaults stand for them, as for headdim_v, saved only where v's
         # head dim differs; JSON gives lengths back as a list
-        fields = {name: data[name] for name in Shape.__dataclass_fields__ if name in data}
-        shape = Shape(**{**fields, "lengths": tuple(data.get("lengths", ()))})
+        shape_fields = {name: data[name] for name in Shape.__dataclass_fields__ if name in data}
+        shape = Shape(**{**shape_fields, "lengths": tuple(data.get("lengths", ()))})
         names = set(cls.__dataclass_fields__) - {"shape", "pass_", "rounds_ms"}
         rounds = tuple(data["rounds_ms"]) if data.get("rounds_ms") is not None else None  # (a list in JSON)
-        fields = {name: data[name] for name in names if name in data}
-        return cls(shape=shape, pass_=data["pass"], rounds_ms=rounds, **fields)
+        row_fields = {name: data[name] for name in names if name in data}
+        return cls(shape=shape, pass_=data["pass"], rounds_ms=rounds, **row_fields)
 
 
 @dataclass
