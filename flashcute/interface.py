@@ -10,6 +10,7 @@ way on the ops ``flashcute::varlen_fwd`` and ``flashcute::varlen_bwd``.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -790,7 +791,21 @@ def _dense_sizes(name: str, t, cu_name: str, layout: str) -> tuple[int, int]:
     return t.shape[0], t.shape[1]
 
 
-@torch.compiler.disable  # (eager: the launch reads the pages where they lie, which no op schema carries)
+def eager_when_traced(fn):
+    """``fn``, whose calls run eagerly where dynamo traces them (a graph break): ``torch.compiler.disable``, applied
+    at the traced call rather than at import, since it imports torch._dynamo, about a second that `import flashcute`
+    and an eager process's first call would otherwise pay (docs/benchmarking.md, Host overhead)."""
+
+    @functools.wraps(fn)
+    def call(*args):
+        if torch.compiler.is_compiling():  # (dynamo is imported by now)
+            return torch.compiler.disable(fn)(*args)
+        return fn(*args)
+
+    return call
+
+
+@eager_when_traced  # (the launch reads the pages where they lie, which no op schema carries)
 def _paged_varlen(q, k, v, block_table, args, sequences, scalars, learnable_sink, alibi_slopes):
     """flash_attn_varlen_func's forward over a paged cache (``block_table``): its pages read where they lie, or
     gathered for a family that reads one packed tensor (kvcache.paged_keys)."""
@@ -823,7 +838,7 @@ class PagedVarlenForward(torch.autograd.Function):
         )
 
 
-@torch.compiler.disable  # (as _paged_varlen: an eager forward between traced regions)
+@eager_when_traced  # (as _paged_varlen: an eager forward between traced regions)
 def _paged_varlen_without_backward(q, k, v, block_table, args, sequences, scalars, learnable_sink, alibi_slopes):
     """``_paged_varlen``'s outputs for inputs that require grad (PagedVarlenForward)."""
     return PagedVarlenForward.apply(q, k, v, learnable_sink, block_table, args, sequences, scalars, alibi_slopes)

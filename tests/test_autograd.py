@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +12,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from flashcute.interface import flash_attn_func
+from flashcute.interface import eager_when_traced, flash_attn_func
 from flashcute.reference import attention_ref
 
 
@@ -315,3 +317,28 @@ def test_compiled_forward_and_backward_go_through_the_ops(monkeypatch):
     assert [t.count(torch.ops.flashcute.bwd.default) for t in targets] == [0, 1]
     assert [c for c in calls if isinstance(c, tuple)] == [("bwd", (0.5, 96 - 128, -1, 0, False, 0.0))]
     assert torch.equal(q.grad, torch.full_like(q, 2)) and torch.equal(k.grad, torch.ones_like(k))
+
+
+def test_the_api_imports_without_dynamo():
+    """torch.compiler.disable imports torch._dynamo (about a second); the API's import must not pay it."""
+    code = "import sys, flashcute\n"
+    code += "for name in flashcute._API:\n    getattr(flashcute, name)\n"
+    code += "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines()[-1] == "[]"
+
+
+def test_eager_when_traced_runs_eagerly_under_compile():
+    seen = []
+
+    def inner(x):
+        seen.append(torch.compiler.is_compiling())
+        return x * 3
+
+    wrapped = eager_when_traced(inner)
+    assert wrapped(torch.ones(2)).tolist() == [3.0, 3.0] and seen == [False]
+    compiled = torch.compile(lambda x: wrapped(x + 1) - 1, backend="eager")
+    assert compiled(torch.ones(2)).tolist() == [5.0, 5.0]
+    assert seen == [False, False]  # run, not traced
+    with pytest.raises(torch._dynamo.exc.Unsupported):  # fullgraph: the eager call is a graph break
+        torch.compile(lambda x: wrapped(x + 1), backend="eager", fullgraph=True)(torch.zeros(2))
