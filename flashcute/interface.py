@@ -796,10 +796,15 @@ def eager_when_traced(fn):
     at the traced call rather than at import, since it imports torch._dynamo, about a second that `import flashcute`
     and an eager process's first call would otherwise pay (docs/benchmarking.md, Host overhead)."""
 
+    disabled = None  # fn under torch.compiler.disable, made at the first traced call and kept
+
     @functools.wraps(fn)
     def call(*args):
+        nonlocal disabled
         if torch.compiler.is_compiling():  # (dynamo is imported by now)
-            return torch.compiler.disable(fn)(*args)
+            if disabled is None:
+                disabled = torch.compiler.disable(fn)
+            return disabled(*args)
         return fn(*args)
 
     return call

@@ -328,8 +328,10 @@ def test_the_api_imports_without_dynamo():
     assert result.stdout.splitlines()[-1] == "[]"
 
 
-def test_eager_when_traced_runs_eagerly_under_compile():
-    seen = []
+def test_eager_when_traced_runs_eagerly_under_compile(monkeypatch):
+    seen, disables = [], []
+    disable = torch.compiler.disable
+    monkeypatch.setattr(torch.compiler, "disable", lambda fn: disables.append(fn) or disable(fn))
 
     def inner(x):
         seen.append(torch.compiler.is_compiling())
@@ -340,5 +342,7 @@ def test_eager_when_traced_runs_eagerly_under_compile():
     compiled = torch.compile(lambda x: wrapped(x + 1) - 1, backend="eager")
     assert compiled(torch.ones(2)).tolist() == [5.0, 5.0]
     assert seen == [False, False]  # run, not traced
+    assert compiled(torch.ones(2)).tolist() == [5.0, 5.0] and seen == [False] * 3
+    assert disables == [inner]  # wrapped once, at the first traced call
     with pytest.raises(torch._dynamo.exc.Unsupported):  # fullgraph: the eager call is a graph break
         torch.compile(lambda x: wrapped(x + 1), backend="eager", fullgraph=True)(torch.zeros(2))
