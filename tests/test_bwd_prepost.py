@@ -1,5 +1,5 @@
 """The backward's preprocess (D = rowsum(dO * O), dQaccum zeroed, LSE * log2(e)) and postprocess (dQ = dQaccum *
-scale) on the GPU.
+scale) on the GPU, and a packed backward's rows of dK and dV outside every sequence zeroed.
 
 Inputs are slices of packed tensors and outputs are NaN-poisoned views into larger buffers, so a kernel that reads
 the wrong strides, leaves an element unwritten or writes a row past seqlen_q or a column past head_dim fails.
@@ -7,6 +7,7 @@ the wrong strides, leaves an element unwritten or writes a row past seqlen_q or 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -14,6 +15,7 @@ import torch
 
 from flashcute.kernels.common.prepost import postprocess as launch_bwd_postprocess
 from flashcute.kernels.common.prepost import preprocess as launch_bwd_preprocess
+from flashcute.kernels.common.prepost import zero_rows_outside_sequences as launch_zero_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -153,3 +155,32 @@ def test_postprocess(dtype, head_dim, seqlen):
     # one float32 multiply and one round-to-nearest-even conversion, as torch does them: bitwise equal
     assert torch.equal(dq, (dq_accum * scale).to(dtype))
     assert outside(dq_buffer, shape).isnan().all(), "dQ written past its rows or head dim"
+
+
+def covered_rows(rows: int, cu_seqlens: list[int], used: list[int]) -> torch.Tensor:
+    """Row r is sequence b's where cu_seqlens[b] <= r < cu_seqlens[b] + min(its span, used[b])."""
+    mask = torch.zeros(rows, dtype=torch.bool, device="cuda")
+    for b, n in enumerate(used):
+        start = cu_seqlens[b]
+        mask[start : start + max(min(cu_seqlens[b + 1] - start, n), 0)] = True
+    return mask
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("seqused", [False, True], ids=["spans", "seqused"])
+def test_rows_outside_every_sequence_are_zeroed(dtype, seqused):
+    """dk's and dv's rows before cu_seqlens[0], between a sequence's seqused and the next one's start, and past
+    cu_seqlens[-1] become 0; every sequence's rows keep their values. A warp's 32 rows straddle the edges; v's
+    head dim is its own; 40 sequences, so the search takes several steps."""
+    spans = [0, 31, 1, 97, 64, 0, 200, 33] * 5
+    cu_seqlens = [7, *(7 + s for s in itertools.accumulate(spans))]
+    used = [n - 9 if n > 40 else n + 5 for n in spans] if seqused else spans
+    total = cu_seqlens[-1] + 70
+    dk = torch.randn(total, 3, 64, device="cuda", dtype=dtype)
+    dv = torch.randn(total, 3, 40, device="cuda", dtype=dtype)
+    expected_k, expected_v = dk.clone(), dv.clone()
+    keep = covered_rows(total, cu_seqlens, used)
+    expected_k[~keep], expected_v[~keep] = 0, 0
+    cu = torch.tensor(cu_seqlens, dtype=torch.int32, device="cuda")
+    launch_zero_rows(dk, dv, cu, torch.tensor(used, dtype=torch.int32, device="cuda") if seqused else cu[1:])
+    assert torch.equal(dk, expected_k) and torch.equal(dv, expected_v)

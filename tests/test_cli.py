@@ -125,10 +125,11 @@ def test_check_selects_every_sampled_variant_of_its_targets():
     # postprocess and split-KV's combine, which have no mask, and the combine with sinks) + the 4 kernels' packed
     # variable-length, softcap and ALiBi variants and the forward's with sinks, 4 masks with the dtypes in turn + the
     # 3 preprocesses with the LSE's gradient, the sinks' or both, 2 dtypes + a decoding step's writes into its
-    # cache, built for any head dim (9 kinds: 7 and 2 that leave a masked tail out of the counts, 2 dtypes)
-    assert len(every) == 42 + 2 + 16 + 16 + 16 + 4 + 18 + 18
+    # cache, built for any head dim (9 kinds: 7 and 2 that leave a masked tail out of the counts, 2 dtypes) + a
+    # packed backward's zeroing of the rows outside every sequence, any head dim, 2 dtypes
+    assert len(every) == 42 + 2 + 16 + 16 + 16 + 4 + 18 + 18 + 2
     assert {label.split("-")[0] for label in every} == {
-        "float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost", "combine", "append"
+        "float16", "bfloat16", "bwd", "bwdnodq", "dq", "bwdpre", "bwdpost", "combine", "append", "zerorows"
     }  # fmt: skip
     forwards = labels("--arch", "sm_80", "--headdim", "32", "--exact-only", "--group", "sm80-fwd", "sm80-fwd-sink")
     assert len(forwards) == 8 + 4 and all(label.startswith(("float16", "bfloat16")) for label in forwards)

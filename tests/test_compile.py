@@ -30,7 +30,13 @@ import pytest
 from flashcute import compile_cache
 from flashcute.kernels import registry
 from flashcute.kernels.common.limits import DTYPES, HEAD_DIM_BUCKETS, MASK_NAMES, dtype_in_turn, in_sample
-from flashcute.kernels.common.prepost_config import AppendConfig, BwdPostConfig, BwdPreConfig, CombineConfig
+from flashcute.kernels.common.prepost_config import (
+    AppendConfig,
+    BwdPostConfig,
+    BwdPreConfig,
+    CombineConfig,
+    ZeroRowsConfig,
+)
 from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants, machine_code, step_loops
 from flashcute.kernels.sm80.config import BwdConfig, bwd_config, fwd_config
 from flashcute.kernels.sm90.config import Sm90BwdConfig, Sm90FwdConfig, sm90_bwd_config, sm90_fwd_config
@@ -134,6 +140,8 @@ def representative() -> list[tuple[object, str]]:
     # a decoding step's writes (any head dim): the counts alone, and each kind of cache slot, in turn
     appends = [c for c in prepost if isinstance(c, AppendConfig) and (c.counts or c.batch_index)]
     variants += [(c, ARCHS[i % 2]) for i, c in enumerate(appends) if i % 3 == 0 or not c.keys]
+    # a packed backward's rows outside every sequence zeroed, each dtype on one target
+    variants += [(c, ARCHS[i % 2]) for i, c in enumerate(c for c in prepost if isinstance(c, ZeroRowsConfig))]
     return list(dict.fromkeys(variants))
 
 
@@ -607,6 +615,13 @@ def test_sass_holds_the_algorithms_instructions(reports, config, arch: str):
         assert report.count("STG.E.128") > 0 and report.count("STG.E") > 0 and report.count("MUFU.EX2") > 0
         for opcode in ("HMMA", "LDGSTS", "LDS", "STS"):
             assert report.count(opcode) == 0, f"{opcode} in a kernel that streams through registers"
+        return
+    if isinstance(config, ZeroRowsConfig):
+        # the lengths read 4 bytes, a warp's vote on its rows, and zeros stored 16 bytes a lane; nothing read in bulk
+        assert report.count("VOTE.ANY") > 0 and report.count("STG.E.128") > 0, report.opcodes
+        assert report.count("LDG.E") > 0 and report.count("LDG.E.128") == 0, report.opcodes
+        for opcode in ("HMMA", "LDGSTS", "LDS", "STS", "MUFU.EX2"):
+            assert report.count(opcode) == 0, f"{opcode} in a kernel that only zeroes"
         return
     if isinstance(config, AppendConfig):
         # the new keys and values copied 16 bytes a thread, the lengths (and rows, pages) read and the counts

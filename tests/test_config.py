@@ -16,11 +16,14 @@ from flashcute.kernels.common.prepost_config import (
     AppendConfig,
     BwdPostConfig,
     BwdPreConfig,
+    ZeroRowsConfig,
     append_config,
     bwd_post_config,
     bwd_pre_config,
     combine_config,
+    zero_rows_config,
 )
+from flashcute.kernels.common.zero_rows import ZeroRowsOutsideSequences
 from flashcute.kernels.sm80.config import fwd_config
 from flashcute.kernels.sm80.fwd import FlashAttentionForwardSm80
 from flashcute.kernels.sm90.bwd import FlashAttentionBackwardSm90
@@ -174,7 +177,8 @@ def test_alternative_tiles_are_not_the_heuristics_pick():
 @pytest.mark.parametrize("config", registry.variants("sm_80")["prepost"], ids=str)
 def test_every_bwd_prepost_config_fits_both_targets(config):
     kernels = {BwdPreConfig: FlashAttentionBackwardPreprocess, BwdPostConfig: FlashAttentionBackwardPostprocess}
-    kernel = kernels.get(type(config), KvCacheAppend if isinstance(config, AppendConfig) else SplitKvCombine)
+    kernels |= {AppendConfig: KvCacheAppend, ZeroRowsConfig: ZeroRowsOutsideSequences}
+    kernel = kernels.get(type(config), SplitKvCombine)
     for arch in ("sm_80", "sm_90a"):
         assert kernel.can_implement(config, arch) is None
 
@@ -192,6 +196,7 @@ def test_bwd_prepost_kernels_refuse_what_the_copy_cannot_tile():
     assert "counts alone" in KvCacheAppend.can_implement(append_config("float16", False, pages=True), "sm_80")
     both = append_config("bfloat16", True, pages=True, batch_index=True)
     assert "no cache rows" in KvCacheAppend.can_implement(both, "sm_90a")
+    assert "float32" in ZeroRowsOutsideSequences.can_implement(zero_rows_config("float32"), "sm_80")
 
 
 @pytest.mark.parametrize("config", SM90["sm90-bwd"], ids=str)

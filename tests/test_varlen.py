@@ -243,9 +243,16 @@ def test_seqused_limits_each_sequence(kernel):
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_keys_no_sequence_counts_may_hold_nan(kernel, deterministic):
+def test_keys_no_sequence_counts_may_hold_nan(kernel, deterministic, monkeypatch):
     """K and V rows past a sequence's seqused_k, and past cu_seqlens_k[-1], are not the call's: NaN there (a cache's
-    unfilled slots, a buffer's padding) reaches no output and no gradient, though a tile's loads run over them."""
+    unfilled slots, a buffer's padding) reaches no output and no gradient, though a tile's loads run over them; their
+    gradient is 0 in tensors that the backward allocated holding NaN (every floating-point torch.empty_like)."""
+    empty_like = torch.empty_like
+
+    def poisoned(*args, **kwargs):
+        t = empty_like(*args, **kwargs)
+        return t.fill_(math.nan) if t.is_floating_point() else t
+
     lens_q, lens_k, used_k = [70, 130, 64], [90, 200, 77], [33, 129, 77]
     q = packed(sum(lens_q), 4, 128, torch.bfloat16, 1)
     k, v = (packed(sum(lens_k) + 50, 2, 128, torch.bfloat16, seed) for seed in (2, 3))  # 50 rows past every one
@@ -264,7 +271,9 @@ def test_keys_no_sequence_counts_may_hold_nan(kernel, deterministic):
         dout = torch.randn_like(out)
         for leaf in leaves:
             leaf.grad = None
-        out.backward(dout)
+        with monkeypatch.context() as patch:
+            patch.setattr(torch, "empty_like", poisoned)
+            out.backward(dout)
         dq, dk, dv = (t.grad for t in leaves)
         assert torch.equal(dk[~counted], torch.zeros_like(dk[~counted])) and torch.equal(dv[~counted], dk[~counted])
         cq, ck = starts(lens_q), starts(lens_k)

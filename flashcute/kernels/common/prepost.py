@@ -1,5 +1,6 @@
 """The kernels every family runs around its own (the backward's preprocess and postprocess, split-KV attention's
-combine, a decoding step's writes into its cache): their compile functions and launches."""
+combine, a decoding step's writes into its cache, a packed backward's rows outside every sequence zeroed): their
+compile functions and launches."""
 
 from __future__ import annotations
 
@@ -13,22 +14,27 @@ from flashcute.kernels.common.prepost_config import (
     BwdPostConfig,
     BwdPreConfig,
     CombineConfig,
+    ZeroRowsConfig,
     append_config,
     bwd_post_config,
     bwd_pre_config,
     combine_config,
+    zero_rows_config,
 )
 from flashcute.kernels.launch import compiled, dtype_name, run_on_device
 
-CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig, AppendConfig)
+CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig, AppendConfig, ZeroRowsConfig)
 
 
-def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostConfig | CombineConfig | AppendConfig]:
+def variants(
+    dtypes, buckets, exact_only: bool
+) -> list[BwdPreConfig | BwdPostConfig | CombineConfig | AppendConfig | ZeroRowsConfig]:
     """The preprocess (zeroing dQaccum or not, with the LSE a tiled backward reads or not), the postprocess and the
     combine, per dtype x head-dim bucket (x exact/padded head dim; at the exact head dims also the preprocess with
     the LSE's gradient, the sinks' or both, and the combine with sinks); they have no mask. Then a decoding step's
     writes per dtype (any head dim): the key counts alone, and the keys into each kind of cache, with the counts
-    or without; and the counts of a masked tail's cache by batch, with the keys and without."""
+    or without; and the counts of a masked tail's cache by batch, with the keys and without. Last, per dtype, a packed
+    backward's zeroing of the rows outside every sequence (any head dim)."""
     configs = []
     for dtype in dtypes:
         for bucket in buckets:
@@ -46,6 +52,7 @@ def variants(dtypes, buckets, exact_only: bool) -> list[BwdPreConfig | BwdPostCo
         for slots, counts in itertools.product(({}, {"batch_index": True}, {"pages": True}), (False, True)):
             configs.append(append_config(dtype, keys=True, counts=counts, **slots))
         configs.append(append_config(dtype, keys=True, counts=True, tail=True))
+    configs += [zero_rows_config(dtype) for dtype in dtypes]
     return configs
 
 
@@ -86,6 +93,21 @@ def sink_grad(sink_rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The learnable sinks' gradient (nheads,) in ``dtype`` from preprocess's rows: their sum over batch and rows,
     in a fixed order (deterministic)."""
     return sink_rows.sum(dim=(0, 2)).to(dtype)
+
+
+def zero_rows_outside_sequences(
+    dk: torch.Tensor, dv: torch.Tensor, cu_seqlens_k: torch.Tensor, seqused_k: torch.Tensor
+) -> None:
+    """Zero the rows of dk (total_k, nheads_k, head_dim) and dv (total_k, nheads_k, head_dim_v), contiguous, head
+    dims multiples of 8, that no sequence of a packed batch covers: row r is sequence b's where cu_seqlens_k[b] <=
+    r < cu_seqlens_k[b] + min(cu_seqlens_k[b + 1] - cu_seqlens_k[b], seqused_k[b]) (int32 (batch + 1,) and
+    (batch,); seqused_k may be cu_seqlens_k[1:]), the rows a packed backward's kernels write; the others are
+    left as they are."""
+    config = zero_rows_config(dtype_name(dk))
+    rows = dk.shape[0]
+    run_on_device(
+        dk.device, compiled(config, dk.device, compile), dk.view(rows, -1), dv.view(rows, -1), cu_seqlens_k, seqused_k
+    )
 
 
 def postprocess(dq_accum: torch.Tensor, dq: torch.Tensor, softmax_scale: float) -> None:

@@ -7,11 +7,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flashcute.kernels.common.prepost_config import AppendConfig, BwdPostConfig, BwdPreConfig, CombineConfig
+from flashcute.kernels.common.prepost_config import (
+    AppendConfig,
+    BwdPostConfig,
+    BwdPreConfig,
+    CombineConfig,
+    ZeroRowsConfig,
+)
 
 
 def compile(
-    config: BwdPreConfig | BwdPostConfig | CombineConfig | AppendConfig, arch: str, dump_dir: Path | None = None
+    config: BwdPreConfig | BwdPostConfig | CombineConfig | AppendConfig | ZeroRowsConfig,
+    arch: str,
+    dump_dir: Path | None = None,
 ):
     """The preprocess: (out, dout, d, dq_accum or None, lse or None, lse_log2 or None, dlse or None, sink or None,
     sink_grad or None), d (batch, nheads, rows) float32 (rows may pass seqlen_q with ``config.lse_log2``), dq_accum
@@ -21,7 +29,7 @@ def compile(
     (dq_accum, dq, softmax_scale). The combine: (partial_out, partial_lse, out, lse, sink), combine.SplitKvCombine's
     tensors, sink only with ``config.sink``. The append: (lengths, k, v, k_cache, v_cache, cache_batch_idx,
     block_table, counts, chunk, tail_rows, tail_keys, seq_rows), append.KvCacheAppend's, None for what ``config``
-    leaves out."""
+    leaves out. The zeroing: (dk_rows, dv_rows, cu_seqlens_k, seqused_k), zero_rows.ZeroRowsOutsideSequences's."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import cutlass
     import cutlass.cute as cute
@@ -49,6 +57,15 @@ def compile(
         tail = (fake_int32((2, cute.sym_int())) if config.tail else None, cutlass.Int32(0), cutlass.Int32(0))
         kernel = KvCacheAppend(config)
         return compile_kernel(kernel, config, arch, dump_dir, *tensors, scalars=(cutlass.Int32(0),), after=tail)
+    if isinstance(config, ZeroRowsConfig):
+        from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
+        from flashcute.kernels.common.zero_rows import ZeroRowsOutsideSequences
+
+        dtype = CUTLASS_DTYPES[config.dtype]
+        rows, batch = cute.sym_int(), cute.sym_int()
+        widths = (fake_rows(dtype, (rows, cute.sym_int(divisibility=8))) for _ in "kv")  # whole 16-byte vectors
+        tensors = (*widths, fake_int32((cute.sym_int(),)), fake_int32((batch,)))
+        return compile_kernel(ZeroRowsOutsideSequences(config), config, arch, dump_dir, *tensors, scalars=())
     p = SymbolicProblem(config)
     if isinstance(config, BwdPreConfig):
         from flashcute.kernels.common.bwd_pre import FlashAttentionBackwardPreprocess

@@ -157,3 +157,22 @@ def append_config(
 ):
     """The config of a decoding step's writes (nothing to choose: a thread a 16-byte vector, as the launch needs)."""
     return AppendConfig(dtype=dtype, keys=keys, pages=pages, batch_index=batch_index, counts=counts, tail=tail)
+
+
+@dataclass(frozen=True)
+class ZeroRowsConfig:
+    """A packed backward's dK and dV rows that no sequence covers, zeroed (kernels/common/zero_rows.py). Widths and
+    lengths are sizes of the launch, not of the build."""
+
+    dtype: str
+
+    @property
+    def label(self) -> str:
+        """ "zerorows-bfloat16"."""
+        return f"zerorows-{self.dtype}"
+
+
+@functools.cache
+def zero_rows_config(dtype: str) -> ZeroRowsConfig:
+    """The config of the zeroing (nothing to choose: a lane a row, then a 16-byte vector, as the launch needs)."""
+    return ZeroRowsConfig(dtype=dtype)

@@ -225,10 +225,10 @@ def backward(
     seqlen_q), 0 past seqlen_q); the Hopper kernel, which adds dQ by TMA reduce-adds of whole tiles; the
     postprocess scales dQ by softmax_scale and casts it. ``packed_args``: a packed variable-length batch's
     (forward_launcher), the tensors shaped as its launches take them; LSE and D then go in the rows of
-    PaddedStatsRows, and dk and dv are zeroed first (rows outside every sequence are not written). ``softcap`` >
-    0: the forward capped the scores by it; ``alibi``: (batch, nheads) float32 slopes it biased them with;
-    ``deterministic``: dQ is added in a fixed order, counted by a zeroed int32 per (batch, head, Q tile) (per
-    PaddedStatsRows tile of a packed batch)."""
+    PaddedStatsRows, and the rows of dk and dv outside every sequence, which the kernel does not write, are zeroed
+    apart (prepost.zero_rows_outside_sequences). ``softcap`` > 0: the forward capped the scores by it; ``alibi``:
+    (batch, nheads) float32 slopes it biased them with; ``deterministic``: dQ is added in a fixed order, counted by
+    a zeroed int32 per (batch, head, Q tile) (per PaddedStatsRows tile of a packed batch)."""
     batch, seqlen_q, nheads, head_dim = q.shape
     packed, capped = packed_args is not None, softcap > 0
     scores = {"softcap": capped, "alibi": alibi is not None, "deterministic": deterministic}
@@ -244,8 +244,10 @@ def backward(
         counters = torch.zeros((batch, nheads, tiles), dtype=torch.int32, device=q.device)
     sink_rows = prepost.preprocess(dout, out, delta, dq_accum, lse, lse_log2, dlse, sink)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-    new_like = torch.zeros_like if packed else torch.empty_like
-    dk, dv = new_like(k, memory_format=torch.contiguous_format), new_like(v, memory_format=torch.contiguous_format)
+    contiguous = torch.contiguous_format
+    dk, dv = torch.empty_like(k, memory_format=contiguous), torch.empty_like(v, memory_format=contiguous)
+    if packed:  # the kernel writes each sequence's rows of dk and dv; the others get their gradient, 0, here
+        prepost.zero_rows_outside_sequences(dk[0], dv[0], packed_args[1], packed_args[3])
     kernel_delta = delta
     if packed:
         lse_log2, kernel_delta = stats_rows.scatter(math.inf, lse_log2), stats_rows.scatter(0.0, delta)
