@@ -32,8 +32,8 @@ class SeqLens:
         self.batch_idx = batch_idx
         self.packed = mCuSeqlensQ is not None
         if cutlass.const_expr(self.packed):
-            self.offset_q, self.seqlen_q = self._range(mCuSeqlensQ, mSeqUsedQ, batch_idx)
-            self.offset_k, self.seqlen_k = self._range(mCuSeqlensK, mSeqUsedK, batch_idx)
+            self.offset_q, self.seqlen_q = self.rows_of(mCuSeqlensQ, mSeqUsedQ, batch_idx)
+            self.offset_k, self.seqlen_k = self.rows_of(mCuSeqlensK, mSeqUsedK, batch_idx)
             self.diag_offset = diag_offset + self.seqlen_k - self.seqlen_q
         else:
             self.offset_q, self.seqlen_q = Int32(0), seqlen_q
@@ -41,7 +41,8 @@ class SeqLens:
             self.diag_offset = diag_offset
 
     @staticmethod
-    def _range(mCuSeqlens: cute.Tensor, mSeqUsed: cute.Tensor, batch_idx: Int32):
+    def rows_of(mCuSeqlens: cute.Tensor, mSeqUsed: cute.Tensor, batch_idx: Int32):
+        """(start, length): where sequence ``batch_idx`` starts in the packed rows and how many of its rows count."""
         start = mCuSeqlens[batch_idx]
         end = mCuSeqlens[batch_idx + 1]
         return start, cutlass.min(end - start, mSeqUsed[batch_idx])

@@ -1,7 +1,8 @@
 """The rows of a packed batch's dK and dV that no sequence covers, zeroed (sm_80 and newer).
 
 A packed backward's kernels write dK and dV for each sequence's keys, rows cu_seqlens_k[b] to cu_seqlens_k[b] +
-min(cu_seqlens_k[b + 1] - cu_seqlens_k[b], seqused_k[b]) (kernels/common/seqlen.py), and no other row: not the
+min(cu_seqlens_k[b + 1] - cu_seqlens_k[b], seqused_k[b]) (kernels/common/seqlen.py, SeqLens.rows_of, which this
+launch asks too), and no other row: not the
 rows past a sequence's seqused_k, nor those before cu_seqlens_k[0] or past cu_seqlens_k[-1]. Their gradient is 0.
 Zeroing all of dK and dV first (torch.zeros_like) wrote every byte of both once more; this launch writes only the
 rows that need it, finding them on the device (no host sync, as a CUDA graph needs): docs/design.md, Packed
@@ -21,6 +22,7 @@ from cutlass import Int32
 from flashcute.kernels.common.dtypes import CUTLASS_DTYPES
 from flashcute.kernels.common.limits import DTYPES
 from flashcute.kernels.common.prepost_config import VECTOR, ZeroRowsConfig
+from flashcute.kernels.common.seqlen import SeqLens
 
 NUM_WARPS = 4
 """Warps a thread block, 32 rows each."""
@@ -76,8 +78,8 @@ class ZeroRowsOutsideSequences:
                     hi = mid
         covered = False
         if row >= mCuSeqlens[0] and lo < batch:
-            start = mCuSeqlens[lo]
-            covered = row - start < cutlass.min(mCuSeqlens[lo + 1] - start, mSeqUsed[lo])
+            start, length = SeqLens.rows_of(mCuSeqlens, mSeqUsed, lo)  # the rows the kernels write
+            covered = row - start < length
         outside = row < mdK.shape[0] and not covered
 
         # ---- each of the warp's rows outside every sequence, zeroed by the whole warp

@@ -243,13 +243,11 @@ def backward(
         tiles = (stats_rows.rows if packed else rows) // config.block_m
         counters = torch.zeros((batch, nheads, tiles), dtype=torch.int32, device=q.device)
     sink_rows = prepost.preprocess(dout, out, delta, dq_accum, lse, lse_log2, dlse, sink)
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     contiguous = torch.contiguous_format
-    dk, dv = torch.empty_like(k, memory_format=contiguous), torch.empty_like(v, memory_format=contiguous)
+    dq, dk, dv = (torch.empty_like(t, memory_format=contiguous) for t in (q, k, v))
+    kernel_delta = delta
     if packed:  # the kernel writes each sequence's rows of dk and dv; the others get their gradient, 0, here
         prepost.zero_rows_outside_sequences(dk[0], dv[0], packed_args[1], packed_args[3])
-    kernel_delta = delta
-    if packed:
         lse_log2, kernel_delta = stats_rows.scatter(math.inf, lse_log2), stats_rows.scatter(0.0, delta)
     q, k, v, dout = tma_addressable(q), tma_addressable(k), tma_addressable(v), tma_addressable(dout)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
