@@ -2,8 +2,8 @@
 
 A packed backward's kernels write dK and dV for each sequence's keys, rows cu_seqlens_k[b] to cu_seqlens_k[b] +
 min(cu_seqlens_k[b + 1] - cu_seqlens_k[b], seqused_k[b]) (kernels/common/seqlen.py, SeqLens.rows_of, which this
-launch asks too), and no other row: not the
-rows past a sequence's seqused_k, nor those before cu_seqlens_k[0] or past cu_seqlens_k[-1]. Their gradient is 0.
+launch asks too), and no other row: not the rows past a sequence's seqused_k, nor those before cu_seqlens_k[0] or
+past cu_seqlens_k[-1]. Their gradient is 0.
 Zeroing all of dK and dV first (torch.zeros_like) wrote every byte of both once more; this launch writes only the
 rows that need it, finding them on the device (no host sync, as a CUDA graph needs): docs/design.md, Packed
 variable-length batches, has the measurement.
