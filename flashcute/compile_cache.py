@@ -24,6 +24,11 @@ generated code, and nothing else:
   version).
 
 Stale entries are never read again, only left on disk; delete the folder to reclaim the space.
+
+``build_in_background`` builds kernels a process will soon need (the backward's, while a first training step's
+forward builds its own) in a process of its own (compile_worker.py), which writes them to the disk cache: CuTe DSL
+builds one kernel at a time in a process, and this way two builds overlap. ``get_compiled`` of such a kernel waits for
+that process and loads its entry; where the process failed, it builds the kernel itself.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import pickle
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +56,9 @@ _lock = threading.Lock()
 _memory: dict[tuple[str, Any], Callable] = {}
 compile_seconds: dict[tuple[str, Any], float] = {}
 _built: dict[tuple[str, Any], Any] = {}  # CuTe DSL's objects of the kernels compiled in this process
+_building: dict[tuple[str, Any], subprocess.Popen] = {}  # the background builds (build_in_background) by kernel
+BACKGROUND_BUILD_TIMEOUT_S = 600
+"""The longest get_compiled waits for a background build (a few seconds a kernel) before it builds the kernel itself."""
 
 
 def cache_dir() -> Path | None:
@@ -251,8 +261,54 @@ def _bare_function(compiled: Any) -> Callable:
     return compiled if function is None else function
 
 
+def build_in_background(arch: str, configs: list) -> None:
+    """Start building those of ``configs``'s kernels for ``arch`` that are neither in memory, nor on disk, nor being
+    built, in one new process (compile_worker.py) that writes them to the disk cache, and return at once. Nothing
+    without a disk cache, and nothing where the process cannot be started (get_compiled then builds them here)."""
+    directory = cache_dir()
+    if directory is None:
+        return
+    with _lock:
+        keys = [
+            (arch, config) for config in configs if (arch, config) not in _memory and (arch, config) not in _building
+        ]
+        keys = [key for key in keys if not any((directory / f"{entry_name(*key)}{s}").exists() for s in ENTRY_SUFFIXES)]
+        if not keys:
+            return
+        package = __name__.partition(".")[0]  # (flashcute, or the renamed copy of `flashcute compare`)
+        # this package's files first, whatever folder the process starts in
+        start = f"import sys; sys.path.insert(0, {str(_PACKAGE_DIR.parent)!r}); import {package}.compile_worker as w"
+        env = dict(os.environ, FLASHCUTE_CACHE_DIR=str(directory))
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", f"{start}; w.main()"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+            process.stdin.write(pickle.dumps((arch, [config for _, config in keys])))
+            process.stdin.close()
+        except OSError:  # no process, or one that died at once: get_compiled builds them
+            return
+        threading.Thread(target=process.wait, daemon=True).start()  # (reaped even if no call waits for it)
+        _building.update(dict.fromkeys(keys, process))
+
+
+def _wait_for_background_build(key: tuple[str, Any]) -> None:
+    """Wait for the background build of ``key``'s kernel, if one was started (up to BACKGROUND_BUILD_TIMEOUT_S)."""
+    process = _building.pop(key, None)
+    if process is None:
+        return
+    try:
+        process.wait(BACKGROUND_BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
 def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
-    """The compiled kernel for (arch, config): from memory, else from disk, else ``build()`` (and saved)."""
+    """The compiled kernel for (arch, config): from memory, else from disk (after the background build of it, if
+    one was started), else ``build()`` (and saved)."""
     key = (arch, config)
     compiled = _memory.get(key)
     if compiled is not None:
@@ -261,6 +317,7 @@ def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
         if key in _memory:
             return _memory[key]
         start = time.perf_counter()
+        _wait_for_background_build(key)
         name = entry_name(arch, config)
         directory = cache_dir()
         compiled = _load_from_disk(directory, name) if directory else None

@@ -16,10 +16,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from flashcute import splitkv
+from flashcute import compile_cache, splitkv
 from flashcute.kernels import registry
 from flashcute.kernels.common import prepost
-from flashcute.kernels.launch import DENSE, dtype_name, num_sms
+from flashcute.kernels.launch import DENSE, device_arch, dtype_name, num_sms
 from flashcute.validation import (
     AttentionArgs,
     aligned_rows,
@@ -157,6 +157,31 @@ def backward_grads(
     return dq, dk, dv, None if learnable_sink is None else prepost.sink_grad(sink_rows, learnable_sink.dtype)
 
 
+def build_backward_ahead(
+    q: torch.Tensor,
+    v: torch.Tensor,
+    window_left: int,
+    window_right: int,
+    kernel: str,
+    softcap: float,
+    alibi_slopes: torch.Tensor | None,
+    deterministic: bool,
+    packed: bool = False,
+) -> None:
+    """Start building, in the background, the kernels that the backward of such a forward will run where they are
+    not built yet (compile_cache.build_in_background), so that a first training step builds them while its forward
+    builds and runs its own. ``kernel``, ``softcap``: backward_grads's."""
+    head_dim, head_dim_v = q.shape[-1], v.shape[-1]
+    name = None if kernel == "auto" else kernel
+    try:
+        family = registry.backward_family(q.device, name, head_dim, deterministic, packed, head_dim_v=head_dim_v)
+    except (ValueError, StopIteration):  # no family runs it: the backward says so, if it comes
+        return
+    call = (head_dim, head_dim_v, dtype_name(q), window_left, window_right, deterministic, packed, softcap > 0)
+    configs = family.backward_kernels(*call, alibi_slopes is not None)
+    compile_cache.build_in_background(device_arch(q.device), configs)
+
+
 def launch_bwd(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """backward_grads as the op ``bwd`` returns it, dsink an empty float32 tensor where there is no sink (an op
     returns a tensor either way)."""
@@ -255,6 +280,9 @@ class FlashAttention(torch.autograd.Function):
         if plan is None:
             out, lse = _OPS.fwd.default(q, k, v, *scalars, learnable_sink, alibi_slopes)
         else:
+            if plan.backward_built_for is not deterministic:  # a signature's first differentiable call in this mode
+                plan.backward_built_for = deterministic
+                build_backward_ahead(q, v, *scalars[2:], alibi_slopes, deterministic)
             out, lse = plan.forward(q, k, v, learnable_sink, alibi_slopes)
         ctx.save_for_backward(q, k, v, out, lse, learnable_sink, alibi_slopes)
         ctx.scalars = (*scalars[:4], deterministic, *scalars[4:])  # backward_grads' order
@@ -388,7 +416,17 @@ class CallPlan:
     scalars (softmax_scale, diag_offset, window_left, window_right, kernel, softcap), whether the inputs need new
     strides (validate_cuda_inputs' row views) or a cast (autocast), so that a repeated call only looks its plan up."""
 
-    __slots__ = ("args", "casts", "detour", "key_range", "launch", "restrides", "scalars", "split")
+    __slots__ = (
+        "args",
+        "backward_built_for",
+        "casts",
+        "detour",
+        "key_range",
+        "launch",
+        "restrides",
+        "scalars",
+        "split",
+    )
 
     def __init__(
         self,
@@ -401,6 +439,7 @@ class CallPlan:
     ):
         self.args, self.scalars, self.restrides, self.casts = args, scalars, restrides, casts
         self.key_range, self.detour, self.split, self.launch = key_range, detour, None, None
+        self.backward_built_for = None  # the deterministic mode build_backward_ahead last ran for
 
     def forward(self, q, k, v, learnable_sink, alibi_slopes) -> tuple[torch.Tensor, torch.Tensor]:
         """forward_outputs for this signature's inputs, through the family's launch that its first call looked up

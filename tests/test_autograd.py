@@ -123,6 +123,7 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
     monkeypatch.setattr(interface, "_plans", {})  # plans made without the CUDA checks stay in this test
     monkeypatch.setattr(interface, "_forward_launcher", forward_launcher)
     monkeypatch.setattr(interface, "backward_grads", fake_bwd)
+    monkeypatch.setattr(interface, "build_backward_ahead", lambda *call: calls.append(("ahead", call)))
     q, k, v = (torch.randn(2, n, 4, 64, dtype=torch.bfloat16, requires_grad=True) for n in (128, 96, 96))
     sink = torch.randn(4, requires_grad=True)
     out = flash_attn_func(q, k, v, causal=True, softmax_scale=0.5, softcap=3.0, learnable_sink=sink)
@@ -132,8 +133,10 @@ def test_eager_calls_go_through_the_autograd_function(monkeypatch):
     # the backward with the forward's scalars; the sinks, the ALiBi slopes and the LSE's gradient (none here: no
     # loss used the LSE) behind the scalars
     fwd = (0.5, 96 - 128, -1, 0, "auto", 3.0)
-    assert [name for name, _ in calls] == ["lookup", "fwd", "bwd"]
-    (_, lookup), (_, launch), (_, bwd) = calls
+    assert [name for name, _ in calls] == ["ahead", "lookup", "fwd", "bwd"]
+    (_, ahead), (_, lookup), (_, launch), (_, bwd) = calls
+    # the backward's kernels started building before the forward's (window, kernel, cap, no ALiBi, atomic dQ)
+    assert ahead[0] is q and ahead[1] is v and ahead[2:] == (-1, 0, "auto", 3.0, None, False)
     assert lookup == (-1, 0, "auto", 3.0, sink, None)
     assert launch[:2] == (0.5, 96 - 128) and launch[3] == 3.0 and launch[4] is not None and launch[5] is None
     assert bwd[:-3] == (*fwd[:4], False, *fwd[4:]) and bwd[-3:] == (sink, None, None)
@@ -171,7 +174,7 @@ def test_the_lse_gradient_reaches_the_backward(monkeypatch):
 
 def stand_in_launches(monkeypatch) -> list:
     """flash_attn_func on CPU tensors: the CUDA checks counted and waved through, launches that only fill the
-    outputs, and an empty plan cache; returns the list that counts the checks."""
+    outputs, no backward built ahead, and an empty plan cache; returns the list that counts the checks."""
     from flashcute import interface
 
     checks = []
@@ -185,6 +188,7 @@ def stand_in_launches(monkeypatch) -> list:
 
     monkeypatch.setattr(interface, "validate_cuda_inputs", count_checks)
     monkeypatch.setattr(interface, "_forward_launcher", lambda *call: fill)  # the kernel's launch, either path
+    monkeypatch.setattr(interface, "build_backward_ahead", lambda *call: None)  # (no kernel to build)
     monkeypatch.setattr(interface, "_plans", {})
     return checks
 

@@ -36,6 +36,7 @@ from flashcute.kernels.common.prepost_config import (
     BwdPreConfig,
     CombineConfig,
     ZeroRowsConfig,
+    bwd_post_config,
 )
 from flashcute.kernels.sass import SassReport, _target_arch, dsl_toolkit, inspect_variants, machine_code, step_loops
 from flashcute.kernels.sm80.config import BwdConfig, bwd_config, fwd_config
@@ -815,3 +816,26 @@ def test_compile_cache_carries_a_kernel_to_the_next_process(tmp_path):
     assert loaded[0] == "True"
     if entries[0].suffix == ".so":
         assert loaded[1] == "Function"
+
+
+def test_a_background_build_hands_its_kernels_to_this_process(tmp_path, monkeypatch):
+    """build_in_background builds in a process of its own, which imports no torch (an import of it fails there),
+    into the disk cache; get_compiled waits for that process and loads what it wrote, building nothing here. A
+    kernel in memory or on disk starts no process."""
+    monkeypatch.setenv("FLASHCUTE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compile_cache, "_memory", {})
+    monkeypatch.setattr(compile_cache, "_building", {})
+    config = bwd_post_config(64, "bfloat16")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("built here, or a process started, although the kernel is built")
+
+    compile_cache.build_in_background("sm_80", [config])
+    assert list(compile_cache._building) == [("sm_80", config)]
+    assert callable(compile_cache.get_compiled("sm_80", config, refuse))
+    assert not compile_cache._building and len(compile_cache.entries(tmp_path)) == 1
+    monkeypatch.setattr(compile_cache.subprocess, "Popen", refuse)
+    compile_cache.build_in_background("sm_80", [config])  # in memory
+    monkeypatch.setattr(compile_cache, "_memory", {})
+    compile_cache.build_in_background("sm_80", [config])  # on disk
+    assert not compile_cache._building

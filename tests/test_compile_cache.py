@@ -343,3 +343,45 @@ def test_kernels_loaded_from_the_disk_cache_run_as_compiled(kernel, monkeypatch)
             assert torch.equal(a, b), f"output {i} differs"
         else:
             torch.testing.assert_close(a, b, rtol=2**-7, atol=1e-3, msg=f"output {i} differs")
+
+
+@pytest.mark.gpu
+def test_a_first_training_step_builds_its_backward_beside_its_forward(kernel, tmp_path, monkeypatch):
+    """A signature's first forward on inputs that require grad starts building the backward's kernels in another
+    process (compile_cache.build_in_background); the backward then loads exactly those from the disk cache and builds
+    none of them here, and its gradients are those of the same kernels built in this process."""
+    import torch
+
+    import flashcute
+    from flashcute import interface
+    from flashcute.kernels import launch, registry
+
+    def new_process_state(cache: str) -> None:
+        monkeypatch.setenv("FLASHCUTE_CACHE_DIR", cache)
+        for module, name in [(compile_cache, "_memory"), (compile_cache, "_built"), (compile_cache, "_building")]:
+            monkeypatch.setattr(module, name, {})
+        for module, name in [(launch, "_by_device"), (registry, "_forward_launchers"), (interface, "_plans")]:
+            monkeypatch.setattr(module, name, {})
+
+    def step() -> list:
+        out = flashcute.flash_attn_func(q, k, v, causal=True, kernel=kernel)
+        ahead = list(compile_cache._building)
+        return [ahead, out, *torch.autograd.grad(out.float().square().sum(), (q, k, v))]
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(1, 200, 2, 64, generator=generator, device="cuda", dtype=torch.bfloat16).requires_grad_()
+        for _ in range(3)
+    )
+    new_process_state(str(tmp_path))
+    ahead, *background = step()
+    assert ahead, "no backward kernel was built ahead"
+    assert all(key in compile_cache._memory and key not in compile_cache._built for key in ahead)
+    new_process_state("off")  # no disk cache: every kernel built here
+    none_ahead, *here = step()
+    assert none_ahead == []
+    for name, a, b in zip(("out", "dq", "dk", "dv"), background, here, strict=True):
+        if name == "dq":  # (added by atomics)
+            torch.testing.assert_close(a, b, rtol=2**-7, atol=1e-3)
+        else:
+            assert torch.equal(a, b), f"{name} differs"

@@ -1,7 +1,7 @@
 """Which kernel families run on a device, fastest first: the only place that maps a GPU to code.
 
 A family is a folder under kernels/ with a ``family`` module that provides NAME, ARCHS (the targets it is built for
-without a GPU), CONFIG_TYPES, ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
+without a GPU), ``runs_on(capability)``, ``compile(config, arch, dump_dir)``, ``variants(arch,
 dtypes, buckets, masks, exact_only)``, ``forward_launcher(device, dtype, head_dim, window_left, window_right,
 packed, softcap=False, sink=False, alibi=False[, head_dim_v][, page_size])`` (a ``launch(q, k, v, out, lse,
 softmax_scale, diag_offset[, packed_args, softcap, sink, alibi][, pages])``; head_dim_v, v's head dim where it is
@@ -157,19 +157,15 @@ def backward_family(
     return found
 
 
-def _kernel_modules() -> list[ModuleType]:
-    """Every module that compiles kernels from configs: the families' and the shared kernels' (prepost)."""
-    from flashcute.kernels.common import prepost
-
-    return [*families(), prepost]
-
-
 def compile_any(config, arch: str, dump_dir=None):
-    """Compile whichever kernel ``config`` configures, a family's or a shared one."""
-    for module in _kernel_modules():
-        if isinstance(config, module.CONFIG_TYPES):
-            return module.compile(config, arch, dump_dir)
-    raise TypeError(f"no kernel is configured by a {type(config).__name__}")
+    """Compile whichever kernel ``config`` configures, a family's or a shared one: by the build module beside the
+    module of its config class (a family's config.py -> its build.py; the shared kernels' prepost_config.py ->
+    prepost_build.py). Neither imports torch, so a process that only builds kernels goes without it
+    (compile_worker.py)."""
+    module = type(config).__module__
+    if not module.endswith("config"):
+        raise TypeError(f"no kernel is configured by a {type(config).__name__}")
+    return importlib.import_module(module.removesuffix("config") + "build").compile(config, arch, dump_dir)
 
 
 def variants(

@@ -23,8 +23,6 @@ from flashcute.kernels.common.prepost_config import (
 )
 from flashcute.kernels.launch import compiled, dtype_name, run_on_device
 
-CONFIG_TYPES = (BwdPreConfig, BwdPostConfig, CombineConfig, AppendConfig, ZeroRowsConfig)
-
 
 def variants(
     dtypes, buckets, exact_only: bool

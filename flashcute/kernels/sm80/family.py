@@ -21,7 +21,6 @@ from flashcute.kernels.sm80.config import BwdConfig, DQConfig, FwdConfig, bwd_co
 NAME = "sm80"
 # The targets the compile tests and `flashcute check` build this family for.
 ARCHS = ("sm_80", "sm_90a")
-CONFIG_TYPES = (FwdConfig, BwdConfig, DQConfig)
 # The backend its benchmarks and comparisons time beside it: PyTorch's FlashAttention-2, the same design.
 REFERENCE = "sdpa-flash"
 # Forward tiles besides the heuristic's that the GPU tests run (head dim 96, bf16): the fields they replace.
@@ -136,6 +135,26 @@ def supports_backward(head_dim: int, deterministic: bool, packed: bool, head_dim
     return head_dim_v is None or supports_forward(head_dim, head_dim_v)
 
 
+def backward_kernels(
+    head_dim: int,
+    head_dim_v: int,
+    dtype: str,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+    packed: bool,
+    softcap: bool,
+    alibi: bool,
+) -> list[BwdConfig | DQConfig]:
+    """The configs of the kernels that ``backward`` runs for such a call, but the pre- and postprocess's (which build
+    in tenths of a second, where these take seconds): the dK/dV kernel's, and deterministic the dQ kernel's;
+    ``softcap``, ``alibi``: whether the call caps, biases the scores."""
+    window = (window_left, window_right)
+    variant = {"packed": packed, "softcap": softcap, "alibi": alibi, "head_dim_v": head_dim_v}
+    dq = [dq_config(head_dim, dtype, *window, **variant)] if deterministic else []
+    return [bwd_config(head_dim, dtype, *window, deterministic=deterministic, **variant), *dq]
+
+
 def backward(
     dout,
     q,
@@ -178,13 +197,12 @@ def backward(
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     packed, capped = packed_args is not None, softcap > 0
     after = (*(packed_args if packed else DENSE), softcap if capped else None, alibi)
-    window = (window_left, window_right)
-    variant = {"packed": packed, "softcap": capped, "alibi": alibi is not None, "head_dim_v": head_dim_v}
-    config = bwd_config(head_dim, dtype, *window, deterministic=deterministic, **variant)
+    call = (head_dim, head_dim_v, dtype, window_left, window_right, deterministic, packed, capped, alibi is not None)
+    config, *dq_configs = backward_kernels(*call)
     tensors = (q, k, v, dout, lse, delta, dq_accum, dk, dv)
     run_on_device(q.device, compiled(config, q.device, compile), *tensors, *scalars, *after)
     if deterministic:
-        dq_kernel = compiled(dq_config(head_dim, dtype, *window, **variant), q.device, compile)
+        dq_kernel = compiled(dq_configs[0], q.device, compile)
         run_on_device(q.device, dq_kernel, q, k, v, dout, lse, delta, dq, *scalars, *after)
     else:
         prepost.postprocess(dq_accum, dq, softmax_scale)

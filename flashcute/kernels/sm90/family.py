@@ -28,7 +28,6 @@ from flashcute.kernels.sm90.config import (
 
 NAME = "sm90"
 ARCHS = ("sm_90a",)
-CONFIG_TYPES = (Sm90FwdConfig, Sm90BwdConfig)
 # The backend its benchmarks and comparisons time beside it: flash-attn-4, the other CuTe DSL kernel for Hopper.
 REFERENCE = "fa4"
 # Forward tiles besides the heuristic's that the GPU tests run (head dim 96, bf16): the fields they replace.
@@ -200,6 +199,24 @@ def supports_backward(head_dim: int, deterministic: bool, packed: bool, head_dim
     return head_dim_v in (None, head_dim)
 
 
+def backward_kernels(
+    head_dim: int,
+    head_dim_v: int,
+    dtype: str,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+    packed: bool,
+    softcap: bool,
+    alibi: bool,
+) -> list[Sm90BwdConfig]:
+    """The configs of the kernels that ``backward`` runs for such a call, but the pre- and postprocess's (which build
+    in tenths of a second, where these take seconds); ``softcap``, ``alibi``: whether the call caps, biases the
+    scores. (v's head dim is q's here: supports_backward.)"""
+    scores = {"softcap": softcap, "alibi": alibi, "deterministic": deterministic}
+    return [sm90_bwd_config(head_dim, dtype, window_left, window_right, packed=packed, **scores)]
+
+
 def backward(
     dout,
     q,
@@ -231,8 +248,9 @@ def backward(
     a zeroed int32 per (batch, head, Q tile) (per PaddedStatsRows tile of a packed batch)."""
     batch, seqlen_q, nheads, head_dim = q.shape
     packed, capped = packed_args is not None, softcap > 0
-    scores = {"softcap": capped, "alibi": alibi is not None, "deterministic": deterministic}
-    config = sm90_bwd_config(head_dim, dtype_name(q), window_left, window_right, packed=packed, **scores)
+    window = (window_left, window_right)
+    call = (head_dim, head_dim, dtype_name(q), *window, deterministic, packed, capped, alibi is not None)
+    (config,) = backward_kernels(*call)
     rows = seqlen_q if packed else -(-seqlen_q // config.block_m) * config.block_m
     delta = q.new_empty((batch, nheads, rows), dtype=torch.float32)
     lse_log2 = torch.empty_like(delta)
