@@ -888,6 +888,11 @@ def _paged_varlen_without_backward(q, k, v, block_table, args, sequences, scalar
     return PagedVarlenForward.apply(q, k, v, learnable_sink, block_table, args, sequences, scalars, alibi_slopes)
 
 
+# The (device, dtype, head dims, window, kernel, cap, ALiBi, mode) of the packed calls whose backward kernels
+# build_backward_ahead was started for (flash_attn_func's plans keep this per signature).
+_varlen_backward_built: set[tuple] = set()
+
+
 class FlashAttentionVarlen(torch.autograd.Function):
     """flash_attn_varlen_func's differentiable door, as FlashAttention is flash_attn_func's."""
 
@@ -896,7 +901,14 @@ class FlashAttentionVarlen(torch.autograd.Function):
         """``sequences``: (cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k); ``options``: max_seqlen_q,
         max_seqlen_k, softmax_scale, window_left, window_right, kernel, softcap, deterministic."""
         scalars, deterministic = options[:-1], options[-1]
-        forward = _OPS.varlen_fwd.default if torch.compiler.is_compiling() else varlen_outputs
+        if torch.compiler.is_compiling():
+            forward = _OPS.varlen_fwd.default
+        else:
+            forward = varlen_outputs
+            ahead = (q.device, q.dtype, q.shape[-1], v.shape[-1], *scalars[3:], alibi_slopes is None, deterministic)
+            if ahead not in _varlen_backward_built:  # the first differentiable call of its kind
+                _varlen_backward_built.add(ahead)
+                build_backward_ahead(q, v, *scalars[3:], alibi_slopes, deterministic, packed=True)
         out, lse = forward(q, k, v, *sequences, *scalars, learnable_sink, alibi_slopes)
         ctx.save_for_backward(q, k, v, out, lse, *sequences, learnable_sink, alibi_slopes)
         ctx.scalars = (*scalars[:5], deterministic, *scalars[5:])  # launch_varlen_bwd's order

@@ -346,10 +346,12 @@ def test_kernels_loaded_from_the_disk_cache_run_as_compiled(kernel, monkeypatch)
 
 
 @pytest.mark.gpu
-def test_a_first_training_step_builds_its_backward_beside_its_forward(kernel, tmp_path, monkeypatch):
-    """A signature's first forward on inputs that require grad starts building the backward's kernels in another
-    process (compile_cache.build_in_background); the backward then loads exactly those from the disk cache and builds
-    none of them here, and its gradients are those of the same kernels built in this process."""
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "packed"])
+def test_a_first_training_step_builds_its_backward_beside_its_forward(kernel, packed, tmp_path, monkeypatch):
+    """A signature's first forward on inputs that require grad (flash_attn_func's, flash_attn_varlen_func's) starts
+    building the backward's kernels in another process (compile_cache.build_in_background); the backward then loads
+    exactly those from the disk cache and builds none of them here, and its gradients are those of the same kernels
+    built in this process."""
     import torch
 
     import flashcute
@@ -362,9 +364,17 @@ def test_a_first_training_step_builds_its_backward_beside_its_forward(kernel, tm
             monkeypatch.setattr(module, name, {})
         for module, name in [(launch, "_by_device"), (registry, "_forward_launchers"), (interface, "_plans")]:
             monkeypatch.setattr(module, name, {})
+        monkeypatch.setattr(interface, "_varlen_backward_built", set())
 
     def step() -> list:
-        out = flashcute.flash_attn_func(q, k, v, causal=True, kernel=kernel)
+        if packed:
+            cu_seqlens = torch.tensor([0, 70, 200], dtype=torch.int32, device="cuda")
+            tokens = (t[0] for t in (q, k, v))
+            out = flashcute.flash_attn_varlen_func(
+                *tokens, cu_seqlens, cu_seqlens, 130, 130, causal=True, kernel=kernel
+            )
+        else:
+            out = flashcute.flash_attn_func(q, k, v, causal=True, kernel=kernel)
         ahead = list(compile_cache._building)
         return [ahead, out, *torch.autograd.grad(out.float().square().sum(), (q, k, v))]
 
