@@ -264,9 +264,10 @@ def _bare_function(compiled: Any) -> Callable:
 def build_in_background(arch: str, configs: list) -> None:
     """Start building those of ``configs``'s kernels for ``arch`` that are neither in memory, nor on disk, nor being
     built, in one new process (compile_worker.py) that writes them to the disk cache, and return at once. Nothing
-    without a disk cache, and nothing where the process cannot be started (get_compiled then builds them here)."""
+    without a disk cache one can write to, and nothing where the process cannot be started (get_compiled then
+    builds them here)."""
     directory = cache_dir()
-    if directory is None:
+    if directory is None or not _writable(directory):  # (a process that cannot hand its kernels over: none)
         return
     with _lock:
         keys = [
@@ -293,6 +294,14 @@ def build_in_background(arch: str, configs: list) -> None:
             return
         threading.Thread(target=process.wait, daemon=True).start()  # (reaped even if no call waits for it)
         _building.update(dict.fromkeys(keys, process))
+
+
+def _writable(directory: Path) -> bool:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(directory, os.W_OK)
 
 
 def _wait_for_background_build(key: tuple[str, Any]) -> None:

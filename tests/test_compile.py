@@ -821,7 +821,7 @@ def test_compile_cache_carries_a_kernel_to_the_next_process(tmp_path):
 def test_a_background_build_hands_its_kernels_to_this_process(tmp_path, monkeypatch):
     """build_in_background builds in a process of its own, which imports no torch (an import of it fails there),
     into the disk cache; get_compiled waits for that process and loads what it wrote, building nothing here. A
-    kernel in memory or on disk starts no process."""
+    kernel in memory or on disk, or a cache folder this process cannot write to, starts no process."""
     monkeypatch.setenv("FLASHCUTE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(compile_cache, "_memory", {})
     monkeypatch.setattr(compile_cache, "_building", {})
@@ -839,3 +839,6 @@ def test_a_background_build_hands_its_kernels_to_this_process(tmp_path, monkeypa
     monkeypatch.setattr(compile_cache, "_memory", {})
     compile_cache.build_in_background("sm_80", [config])  # on disk
     assert not compile_cache._building
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("FLASHCUTE_CACHE_DIR", str(tmp_path / "a-file" / "cache"))  # a folder no one can make
+    compile_cache.build_in_background("sm_80", [config])  # (a process could not hand the kernel over)
