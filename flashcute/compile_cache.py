@@ -25,6 +25,9 @@ generated code, and nothing else:
 
 Stale entries are never read again, only left on disk; delete the folder to reclaim the space.
 
+A kernel built in the process is written to the disk cache by a thread of its own while the call that asked for it
+runs on (``wait_for_saves`` waits for those writes; the interpreter's exit does too).
+
 ``build_in_background`` builds kernels a process will soon need (the backward's, while a first training step's
 forward builds its own) in a process of its own (compile_worker.py), which writes them to the disk cache: CuTe DSL
 builds one kernel at a time in a process, and this way two builds overlap. ``get_compiled`` of such a kernel waits for
@@ -57,6 +60,8 @@ _memory: dict[tuple[str, Any], Callable] = {}
 compile_seconds: dict[tuple[str, Any], float] = {}
 _built: dict[tuple[str, Any], Any] = {}  # CuTe DSL's objects of the kernels compiled in this process
 _building: dict[tuple[str, Any], subprocess.Popen] = {}  # the background builds (build_in_background) by kernel
+_saving: list[threading.Thread] = []  # the writes of kernels built here to the disk cache (_save_in_background)
+_save_lock = threading.Lock()  # one write at a time
 BACKGROUND_BUILD_TIMEOUT_S = 600
 """The longest get_compiled waits for a background build (a few seconds a kernel) before it builds the kernel itself."""
 
@@ -252,6 +257,37 @@ def _save_to_disk(compiled: Any, directory: Path, name: str) -> None:
         library.unlink(missing_ok=True)
 
 
+def _save_in_background(compiled: Any, directory: Path, name: str) -> None:
+    """_save_to_disk on a thread of its own, so that the call that built the kernel launches it without waiting
+    for the export and the link (a fifth of a second of a first call; docs/benchmarking.md). The thread is no
+    daemon: the interpreter's exit waits for it, so the entry is on disk for the next process."""
+
+    def save() -> None:
+        with _save_lock:
+            _save_to_disk(compiled, directory, name)
+
+    thread = threading.Thread(target=save, name=f"flashcute-save-{name}")
+    thread.start()
+    _saving.append(thread)
+
+
+def wait_for_saves() -> None:
+    """Return once every kernel this process has built so far is written to the disk cache."""
+    while _saving:
+        _saving.pop().join()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's threads: no write to wait for, and a lock that no thread holds."""
+    global _save_lock
+    _saving.clear()
+    _save_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _bare_function(compiled: Any) -> Callable:
     """The TVM-FFI function under a kernel compiled in this process, the same callable a disk-cache entry loads as:
     CuTe DSL's own wrapper rearranges keyword and default arguments in Python at every call, and every launch passes
@@ -333,7 +369,7 @@ def get_compiled(arch: str, config: Any, build: Callable[[], Any]) -> Callable:
         if compiled is None:
             built = build()
             if directory:
-                _save_to_disk(built, directory, name)
+                _save_in_background(built, directory, name)
             _built[key] = built  # (its CUDA library unloads when it is collected)
             compiled = _bare_function(built)
         compile_seconds[key] = time.perf_counter() - start

@@ -277,6 +277,30 @@ def testentry_name_is_stable():
     assert entry_name("sm_80", _Config(tile_n=32)) == name
 
 
+def test_a_kernel_built_here_is_written_to_disk_while_the_call_goes_on(tmp_path: Path, monkeypatch):
+    """get_compiled hands out a kernel it built before the kernel is on disk (the write takes a thread of its own);
+    wait_for_saves returns once it is there, and the next lookup in a fresh process finds it."""
+    import threading
+
+    monkeypatch.setenv("FLASHCUTE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compile_cache, "_memory", {})
+    monkeypatch.setattr(compile_cache, "_built", {})
+    release = threading.Event()
+
+    class Built:
+        def export_to_c(self, path: str, function_name: str) -> None:
+            assert release.wait(60)  # the export waits until the caller has its kernel
+            Path(path).write_bytes(b"an object file")
+
+    monkeypatch.setattr(compile_cache, "_link", lambda obj, library: False)  # (kept as the object file)
+    config = _Config(tile_m=16)
+    kernel = compile_cache.get_compiled("sm_80", config, Built)
+    assert isinstance(kernel, Built) and not compile_cache.entries(tmp_path)  # handed out, not yet written
+    release.set()
+    compile_cache.wait_for_saves()
+    assert [path.name for path in compile_cache.entries(tmp_path)] == [f"{entry_name('sm_80', config)}.o"]
+
+
 def _every_kind_of_launch(kernel: str) -> list:
     """Outputs of a call of each kind that family ``kernel`` serves (the forward, dense and packed; the backward,
     atomic and deterministic, with its preprocess and postprocess; split-KV decoding with its combine, with and
