@@ -246,7 +246,8 @@ def test_seqused_limits_each_sequence(kernel):
 def test_keys_no_sequence_counts_may_hold_nan(kernel, deterministic, monkeypatch):
     """K and V rows past a sequence's seqused_k, and past cu_seqlens_k[-1], are not the call's: NaN there (a cache's
     unfilled slots, a buffer's padding) reaches no output and no gradient, though a tile's loads run over them; their
-    gradient is 0 in tensors that the backward allocated holding NaN (every floating-point torch.empty_like)."""
+    gradient is 0 in tensors that the backward allocated holding NaN (every floating-point torch.empty_like), as is
+    that of the query rows past cu_seqlens_q[-1]."""
     empty_like = torch.empty_like
 
     def poisoned(*args, **kwargs):
@@ -254,7 +255,7 @@ def test_keys_no_sequence_counts_may_hold_nan(kernel, deterministic, monkeypatch
         return t.fill_(math.nan) if t.is_floating_point() else t
 
     lens_q, lens_k, used_k = [70, 130, 64], [90, 200, 77], [33, 129, 77]
-    q = packed(sum(lens_q), 4, 128, torch.bfloat16, 1)
+    q = packed(sum(lens_q) + 30, 4, 128, torch.bfloat16, 1)  # 30 rows past every sequence
     k, v = (packed(sum(lens_k) + 50, 2, 128, torch.bfloat16, seed) for seed in (2, 3))  # 50 rows past every one
     counted = torch.zeros(k.shape[0], dtype=torch.bool, device="cuda")
     for start, n in zip(starts(lens_k), used_k, strict=False):
@@ -276,6 +277,7 @@ def test_keys_no_sequence_counts_may_hold_nan(kernel, deterministic, monkeypatch
             out.backward(dout)
         dq, dk, dv = (t.grad for t in leaves)
         assert torch.equal(dk[~counted], torch.zeros_like(dk[~counted])) and torch.equal(dv[~counted], dk[~counted])
+        assert torch.equal(dq[sum(lens_q) :], torch.zeros_like(dq[sum(lens_q) :]))
         cq, ck = starts(lens_q), starts(lens_k)
         for b in range(len(lens_q)):
             sq, sk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b] + used_k[b])

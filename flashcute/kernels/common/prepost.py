@@ -100,7 +100,7 @@ def zero_rows_outside_sequences(
     dims multiples of 8, that no sequence of a packed batch covers: row r is sequence b's where cu_seqlens_k[b] <=
     r < cu_seqlens_k[b] + min(cu_seqlens_k[b + 1] - cu_seqlens_k[b], seqused_k[b]) (int32 (batch + 1,) and
     (batch,); seqused_k may be cu_seqlens_k[1:]), the rows a packed backward's kernels write; the others are
-    left as they are."""
+    left as they are. The queries' rows alike: dq as both tensors, with cu_seqlens_q and seqused_q."""
     config = zero_rows_config(dtype_name(dk))
     rows = dk.shape[0]
     run_on_device(

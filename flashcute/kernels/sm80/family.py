@@ -178,7 +178,8 @@ def backward(
     without: prepost.preprocess); the dK/dV kernel; dQ either from the same kernel's fp32 atomics into a buffer the
     preprocess zeroes, scaled and cast by the postprocess, or, deterministic, from the dQ kernel, which adds in a fixed
     order. ``packed_args``: a packed variable-length batch's (forward_launcher), the tensors shaped as its launches take
-    them; the kernels' outputs are zeroed first, since they write no row that lies outside every sequence. ``softcap`` >
+    them; the kernels write no row that lies outside every sequence, so those rows are zeroed apart
+    (prepost.zero_rows_outside_sequences). ``softcap`` >
     0: the forward capped the scores by it; ``alibi``: (batch, nheads) float32 slopes it biased them with. v (and out,
     dout, dv) may have a head dim of its own (supports_backward)."""
     batch, seqlen_q, nheads, head_dim = q.shape
@@ -191,9 +192,12 @@ def backward(
     dq_accum = None if deterministic else new_accum(q, dtype=torch.float32, memory_format=contiguous)
     # the preprocess zeroes dq_accum with out's tiles, which cover it only where v's head dim is q's
     sink_rows = prepost.preprocess(dout, out, delta, dq_accum if same_width else None, lse, dlse=dlse, sink=sink)
-    new_like = torch.empty_like if packed_args is None else torch.zeros_like
-    dq = (new_like if deterministic else torch.empty_like)(q, memory_format=contiguous)  # (else: postprocess)
-    dk, dv = new_like(k, memory_format=contiguous), new_like(v, memory_format=contiguous)
+    dq, dk, dv = (torch.empty_like(t, memory_format=contiguous) for t in (q, k, v))
+    if packed_args is not None:  # the kernels write each sequence's rows; the others get their gradient, 0, here
+        cu_seqlens_q, cu_seqlens_k, used_q, used_k = packed_args[:4]
+        prepost.zero_rows_outside_sequences(dk[0], dv[0], cu_seqlens_k, used_k)
+        if deterministic:  # (else the postprocess writes every row of dq from the zeroed accumulator)
+            prepost.zero_rows_outside_sequences(dq[0], dq[0], cu_seqlens_q, used_q)
     scalars = (softmax_scale, diag_offset, window_left, window_right)
     packed, capped = packed_args is not None, softcap > 0
     after = (*(packed_args if packed else DENSE), softcap if capped else None, alibi)
