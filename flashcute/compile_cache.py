@@ -37,6 +37,7 @@ that process and loads its entry; where the process failed, it builds the kernel
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -241,20 +242,23 @@ def _link(obj: Path, library: Path) -> bool:
 
 
 def _save_to_disk(compiled: Any, directory: Path, name: str) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write ``compiled`` into the cache folder as entry ``name``; where the folder cannot be made or written, or the
+    export fails, nothing: the disk cache is an optimisation, and a missing entry only costs a compile next time."""
     stem = f"{name}.{os.getpid()}.{threading.get_ident()}.tmp"
     obj, library = directory / f"{stem}.o", directory / f"{stem}.so"
     try:
+        directory.mkdir(parents=True, exist_ok=True)
         compiled.export_to_c(str(obj), function_name=name)
         if _link(obj, library):
             library.replace(directory / f"{name}.so")
         else:
             obj.replace(directory / f"{name}.o")
-    except Exception:  # the disk cache is an optimisation; an export failure only costs a compile next time
+    except Exception:
         pass
     finally:
-        obj.unlink(missing_ok=True)
-        library.unlink(missing_ok=True)
+        for path in (obj, library):
+            with contextlib.suppress(OSError):  # (not there, or no folder to be in)
+                path.unlink(missing_ok=True)
 
 
 def _save_in_background(compiled: Any, directory: Path, name: str) -> None:
@@ -303,7 +307,7 @@ def build_in_background(arch: str, configs: list) -> None:
     without a disk cache one can write to, and nothing where the process cannot be started (get_compiled then
     builds them here)."""
     directory = cache_dir()
-    if directory is None or not _writable(directory):  # (a process that cannot hand its kernels over: none)
+    if directory is None or not writable(directory):  # (a process that cannot hand its kernels over: none)
         return
     with _lock:
         keys = [
@@ -332,7 +336,8 @@ def build_in_background(arch: str, configs: list) -> None:
         _building.update(dict.fromkeys(keys, process))
 
 
-def _writable(directory: Path) -> bool:
+def writable(directory: Path) -> bool:
+    """Whether ``directory`` is (or can be made) a folder this process can write into."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:

@@ -301,6 +301,32 @@ def test_a_kernel_built_here_is_written_to_disk_while_the_call_goes_on(tmp_path:
     assert [path.name for path in compile_cache.entries(tmp_path)] == [f"{entry_name('sm_80', config)}.o"]
 
 
+def test_a_cache_folder_that_cannot_be_made_costs_only_the_disk_entry(tmp_path: Path, monkeypatch):
+    """A cache folder that cannot be made (here: under a regular file; a read-only home alike) leaves the kernel in
+    memory: get_compiled hands it out, its write to disk gives up quietly (no exception on the writing thread), and
+    the next lookup of it in the process finds it in memory."""
+    import threading
+
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("FLASHCUTE_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(compile_cache, "_memory", {})
+    monkeypatch.setattr(compile_cache, "_built", {})
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    exports = []
+
+    class Built:
+        def export_to_c(self, path: str, function_name: str) -> None:
+            exports.append(path)
+
+    config = _Config(tile_m=24)
+    kernel = compile_cache.get_compiled("sm_80", config, Built)
+    compile_cache.wait_for_saves()
+    assert isinstance(kernel, Built) and raised == [] and exports == []
+    assert compile_cache.get_compiled("sm_80", config, lambda: pytest.fail("built again")) is kernel
+
+
 def _every_kind_of_launch(kernel: str) -> list:
     """Outputs of a call of each kind that family ``kernel`` serves (the forward, dense and packed; the backward,
     atomic and deterministic, with its preprocess and postprocess; split-KV decoding with its combine, with and

@@ -67,6 +67,15 @@ def test_warmup_without_a_gpu_needs_a_target(capsys):
     assert code == 2 and "--arch" in err
 
 
+def test_warmup_refuses_a_cache_folder_it_cannot_write(capsys, monkeypatch, tmp_path):
+    """A cache folder that cannot be made (under a regular file) is named before anything compiles."""
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("FLASHCUTE_CACHE_DIR", str(blocker / "cache"))
+    code, out, err = run_main(capsys, "warmup", "--arch", "sm_80", "--headdim", "64", "--pass", "fwd")
+    assert code == 2 and str(blocker / "cache") in err and "FLASHCUTE_CACHE_DIR" in err and out == ""
+
+
 def test_cache_off(capsys, monkeypatch):
     monkeypatch.setenv("FLASHCUTE_CACHE_DIR", "off")
     code, out, _ = run_main(capsys, "cache")

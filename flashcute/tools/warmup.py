@@ -122,7 +122,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from flashcute import compile_cache
 
-    print(f"{len(configs)} variants for {arch} into {compile_cache.cache_dir() or 'memory (the disk cache is off)'}")
+    directory = compile_cache.cache_dir()
+    if directory is not None and not compile_cache.writable(directory):
+        print(
+            f"flashcute warmup: cannot write the kernel cache folder {directory}: set FLASHCUTE_CACHE_DIR to a folder "
+            "this user can write",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"{len(configs)} variants for {arch} into {directory or 'memory (the disk cache is off)'}")
     start = time.perf_counter()
     # spawned workers: this process may have started CUDA to read the target, and a forked child must not inherit it
     with ProcessPoolExecutor(max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
