@@ -249,7 +249,9 @@ def _bwd_fake(dout, q, k, v, out, lse, *scalars, softcap=0.0, learnable_sink=Non
     return _grads(q, k, v, learnable_sink)
 
 
-_SCORES = "float softcap=0., Tensor? learnable_sink=None, Tensor? alibi_slopes=None"
+# No argument has a default: inductor passes one that has by keyword, which costs every call of a compiled graph the
+# dispatcher's keyword handling (docs/benchmarking.md, Host overhead).
+_SCORES = "float softcap, Tensor? learnable_sink, Tensor? alibi_slopes"
 _define_op(
     "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, SymInt diag_offset, SymInt window_left, "
     f"SymInt window_right, str kernel, {_SCORES}) -> (Tensor, Tensor)",
@@ -258,7 +260,7 @@ _define_op(
 )
 _define_op(
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, SymInt diag_offset, "
-    f"SymInt window_left, SymInt window_right, bool deterministic, str kernel, {_SCORES}, Tensor? dlse=None) -> "
+    f"SymInt window_left, SymInt window_right, bool deterministic, str kernel, {_SCORES}, Tensor? dlse) -> "
     "(Tensor, Tensor, Tensor, Tensor)",
     launch_bwd,
     _bwd_fake,
@@ -762,7 +764,7 @@ _define_op(
 _define_op(
     f"varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_SEQUENCES}, "
     "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, SymInt window_left, SymInt window_right, "
-    f"bool deterministic, str kernel, {_SCORES}, Tensor? dlse=None) -> (Tensor, Tensor, Tensor, Tensor)",
+    f"bool deterministic, str kernel, {_SCORES}, Tensor? dlse) -> (Tensor, Tensor, Tensor, Tensor)",
     launch_varlen_bwd,
     _varlen_bwd_fake,
 )

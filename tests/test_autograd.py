@@ -29,19 +29,22 @@ def fake_cuda(mode: FakeTensorMode, *shape: int, dtype=torch.bfloat16) -> torch.
 def test_fake_kernels_propagate_shapes(fake_mode):
     with fake_mode:
         q, k, v = (fake_cuda(fake_mode, 2, n, h, 64) for n, h in ((128, 8), (96, 2), (96, 2)))
-        out, lse = torch.ops.flashcute.fwd(q, k, v, 0.125, -32, -1, 0, "auto")
+        out, lse = torch.ops.flashcute.fwd(q, k, v, 0.125, -32, -1, 0, "auto", 0.0, None, None)
         assert (out.shape, out.dtype, out.device.type) == (q.shape, q.dtype, "cuda")
         assert (lse.shape, lse.dtype) == ((2, 8, 128), torch.float32)
         for deterministic in (False, True):
-            grads = torch.ops.flashcute.bwd(out, q, k, v, out, lse, 0.125, -32, -1, 0, deterministic, "auto")
+            scalars = (0.125, -32, -1, 0, deterministic, "auto", 0.0)
+            grads = torch.ops.flashcute.bwd(out, q, k, v, out, lse, *scalars, None, None, None)
             dq, dk, dv, dsink = grads
             assert (dq.shape, dk.shape, dv.shape, dsink.shape) == (q.shape, k.shape, v.shape, (0,))
             assert (dq.dtype, dk.dtype) == (q.dtype, k.dtype)
         sink = fake_cuda(fake_mode, 8, dtype=torch.float32)
         scalars = (0.125, -32, -1, 0, False, "auto", 0.0)
         for grads in (
-            torch.ops.flashcute.bwd(out, q, k, v, out, lse, *scalars, sink),
-            torch.ops.flashcute.bwd(out, q, k, v, out, lse, *scalars, learnable_sink=sink),
+            torch.ops.flashcute.bwd(out, q, k, v, out, lse, *scalars, sink, None, None),
+            torch.ops.flashcute.bwd(
+                out, q, k, v, out, lse, *scalars, alibi_slopes=None, dlse=None, learnable_sink=sink
+            ),
         ):
             assert (grads[3].shape, grads[3].dtype) == ((8,), torch.float32)
 
@@ -51,6 +54,14 @@ def test_ops_have_no_python_autograd_layer():
     would cost every traced call more host time."""
     for op in ("fwd", "bwd", "varlen_fwd", "varlen_bwd"):
         assert not torch._C._dispatch_has_kernel_for_dispatch_key(f"flashcute::{op}", "Autograd"), op
+
+
+def test_ops_take_every_argument_by_position():
+    """No argument of an op has a default: inductor's generated code passes an argument that has one by keyword,
+    and the dispatcher's keyword handling costs every call of a compiled graph host time."""
+    for op in ("fwd", "bwd", "varlen_fwd", "varlen_bwd"):
+        schema = getattr(torch.ops.flashcute, op).default._schema
+        assert not [a.name for a in schema.arguments if a.has_default_value()], schema
 
 
 def traced_graphs(fake_mode, model) -> tuple:
